@@ -1,0 +1,188 @@
+"""Configuration: schema validation, data-dir resolution and experiment expansion.
+
+The workflow's config (``config.yaml`` merged with ``--configfile``/``--config``) is checked
+against ``cselab/schema/config.schema.json``. Every object in the schema forbids unknown keys,
+so a typo such as ``learnig_rate`` is an error naming the key, not a silently ignored setting.
+
+An *experiment* is PLM + method + settings + seed, named by a readable id:
+``<name>-s<seed>`` for trained models (``compcse-bert-base-s42``) and ``<name>`` for the
+untrained PLM (``untrained-bert-base``). Its settings are merged in this order, later wins:
+global ``training`` < ``plms.<plm>.training`` < ``methods.<m>.training`` <
+``experiments.<name>.training`` (and the same for objective ``options``).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from cselab.errors import ConfigError
+
+UNTRAINED = "untrained"
+CORPUS_FILENAMES = ("wiki1m_for_simcse.txt", "wiki1m_head.txt")
+SENTEVAL_DIRNAMES = ("senteval", "downstream")
+_SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")
+
+
+def load_schema() -> dict:
+    return json.loads(resources.files("cselab").joinpath("schema/config.schema.json").read_text())
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _explain(error: jsonschema.ValidationError, schema: dict) -> str:
+    """Turn one jsonschema error into a sentence that names the config key."""
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        msgs = []
+        for name in extra:
+            full = f"{key}.{name}" if error.absolute_path else name
+            hint = difflib.get_close_matches(name, allowed, n=1)
+            did = f" (did you mean '{hint[0]}'?)" if hint else ""
+            msgs.append(f"unknown config key '{full}'{did}; valid keys here: {', '.join(allowed)}")
+        if msgs:
+            return "; ".join(msgs)
+    if error.validator == "required":
+        return f"config key '{key}' is missing a required entry: {error.message}"
+    if error.validator == "enum":
+        return f"config key '{key}': {error.instance!r} is not one of {error.validator_value}"
+    if error.validator == "type" and isinstance(error.instance, str):
+        try:
+            float(error.instance)
+            return (f"config key '{key}': {error.instance!r} is a string, expected "
+                    f"{error.validator_value}; YAML reads 3e-5 as text, write 3.0e-5")
+        except ValueError:
+            pass
+    if error.validator == "propertyNames":
+        return (f"config key '{key}': name {error.instance!r} may contain only letters, digits, "
+                f"'.', '_' and '-'")
+    return f"config key '{key}': {error.message}"
+
+
+def validate(config: dict) -> dict:
+    """Validate ``config`` against the schema and the registries; return a resolved deep copy.
+
+    Raises :class:`ConfigError` with one message naming the first offending key.
+    """
+    from cselab.objectives import OBJECTIVES, objective_class
+
+    cfg = copy.deepcopy(dict(config))
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        more = f" ({len(errors) - 1} more problem(s) after fixing this one)" if len(errors) > 1 else ""
+        raise ConfigError(_explain(errors[0], schema) + more)
+
+    for name, method in cfg["methods"].items():
+        if method["objective"] not in OBJECTIVES:
+            raise ConfigError(f"config key 'methods.{name}.objective': unknown objective "
+                              f"{method['objective']!r}; valid objectives: {', '.join(sorted(OBJECTIVES))}")
+    for name, exp in cfg["experiments"].items():
+        where = f"experiments.{name}"
+        if exp["plm"] not in cfg["plms"]:
+            raise ConfigError(f"config key '{where}.plm': unknown PLM {exp['plm']!r}; "
+                              f"defined under 'plms': {', '.join(sorted(cfg['plms']))}")
+        if exp["method"] != UNTRAINED and exp["method"] not in cfg["methods"]:
+            valid = sorted(cfg["methods"]) + [UNTRAINED]
+            raise ConfigError(f"config key '{where}.method': unknown method {exp['method']!r}; "
+                              f"valid methods: {', '.join(valid)}")
+        if exp["method"] != UNTRAINED:
+            spec = _merge_experiment(cfg, name)
+            objective_class(spec["objective"]).check_options(spec["options"], where=f"{where}.options")
+    for tname, table in cfg["tables"].items():
+        for i, exp in enumerate(table["experiments"]):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown experiment "
+                                  f"{exp!r}; defined under 'experiments': {', '.join(sorted(cfg['experiments']))}")
+    _resolve_data_dir(cfg)
+    return cfg
+
+
+def _resolve_data_dir(cfg: dict) -> None:
+    """Point the data rules at ``data_dir`` (a folder laid out like ``shared/data``)."""
+    data_dir = cfg.get("data_dir")
+    if not data_dir:
+        return
+    root = Path(data_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise ConfigError(f"config key 'data_dir': {data_dir!r} is not a directory")
+    corpus, senteval = cfg["data"]["corpus"], cfg["data"]["senteval"]
+    if not corpus.get("path"):
+        found = [root / n for n in CORPUS_FILENAMES if (root / n).is_file()]
+        if not found:
+            raise ConfigError(f"config key 'data_dir': {root} holds none of {', '.join(CORPUS_FILENAMES)}; "
+                              f"add the corpus there or set data.corpus.path")
+        corpus["path"] = str(found[0])
+    if not senteval.get("path"):
+        found = [root / n for n in SENTEVAL_DIRNAMES if (root / n).is_dir()]
+        if not found:
+            raise ConfigError(f"config key 'data_dir': {root} has no {' or '.join(SENTEVAL_DIRNAMES)}/ folder; "
+                              f"add the SentEval tree there or set data.senteval.path")
+        senteval["path"] = str(found[0])
+
+
+def _merge_experiment(cfg: dict, name: str) -> dict:
+    exp = cfg["experiments"][name]
+    plm = cfg["plms"][exp["plm"]]
+    method = cfg["methods"].get(exp["method"], {})
+    training = {**cfg["training"], **plm.get("training", {}), **method.get("training", {}),
+                **exp.get("training", {})}
+    options = {**method.get("options", {}), **exp.get("options", {})}
+    return {"name": name, "plm": exp["plm"], "model": plm["model"], "method": exp["method"],
+            "objective": method.get("objective", UNTRAINED), "options": options, "training": training}
+
+
+def seeds_of(cfg: dict, name: str) -> list[int]:
+    return list(cfg["experiments"][name].get("seeds", cfg["seeds"]))
+
+
+def experiment_ids(cfg: dict, names: list[str]) -> list[str]:
+    """Expand experiment names into ids, one per seed for trained experiments."""
+    ids = []
+    for name in names:
+        if cfg["experiments"][name]["method"] == UNTRAINED:
+            ids.append(name)
+        else:
+            ids.extend(f"{name}-s{seed}" for seed in seeds_of(cfg, name))
+    return ids
+
+
+def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
+    """Split an experiment id into (name, seed); raises ConfigError for an unknown id."""
+    if exp_id in cfg["experiments"] and cfg["experiments"][exp_id]["method"] == UNTRAINED:
+        return exp_id, None
+    m = _SEED_SUFFIX.match(exp_id)
+    if m and m["name"] in cfg["experiments"] and cfg["experiments"][m["name"]]["method"] != UNTRAINED:
+        return m["name"], int(m["seed"])
+    raise ConfigError(f"unknown experiment id {exp_id!r}: expected <name>-s<seed> for one of "
+                      f"{', '.join(sorted(cfg['experiments']))}")
+
+
+def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
+    """Everything that determines an experiment's training run (and nothing about evaluation)."""
+    name, seed = parse_id(cfg, exp_id)
+    spec = _merge_experiment(cfg, name)
+    spec.update(id=exp_id, seed=seed)
+    return spec
+
+
+def is_trained(cfg: dict, exp_id: str) -> bool:
+    return parse_id(cfg, exp_id)[1] is not None
+
+
+def tracking_uri(cfg: dict) -> str:
+    """``MLFLOW_TRACKING_URI`` wins over the config's ``mlflow.tracking_uri``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"].get("tracking_uri", "sqlite:///results/mlflow.db")

