@@ -132,14 +132,14 @@ class Run:
 
 @contextlib.contextmanager
 def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str | None = None,
-               params: dict | None = None, tags: dict | None = None) -> Iterator[Run]:
+               params: dict | None = None, tags: dict | None = None, label: str | None = None) -> Iterator[Run]:
     """Open one MLflow run for a rule job, tagged for traceability; failed jobs end FAILED."""
     import mlflow
 
     exp = init_store(uri, experiment_name)
     all_tags = {"rule": rule, "experiment_id": experiment_id or "", "git_commit": git_commit(),
                 **{f"version.{k}": v for k, v in versions().items()}, **(tags or {})}
-    run_name = f"{rule}:{experiment_id}" if experiment_id else rule
+    run_name = f"{rule}:{experiment_id or label}" if (experiment_id or label) else rule
     with mlflow.start_run(experiment_id=exp, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}) as run:
         handle = Run(run)
         if params:

@@ -29,9 +29,10 @@ def _write_json(path: str | Path, obj) -> None:
     tmp.replace(path)
 
 
-def _run(smk, experiment_id: str | None = None, params: dict | None = None):
+def _run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None):
     return mlflow_run(uri=tracking_uri(smk.config), experiment_name=smk.config["mlflow"]["experiment_name"],
-                      rule=smk.rule, experiment_id=experiment_id, params=params)
+                      rule=smk.rule, experiment_id=experiment_id, params=params, label=label,
+                      tags={"snakemake.jobid": getattr(smk, "jobid", "")})
 
 
 def _senteval_root(manifest: str) -> Path:
@@ -68,7 +69,7 @@ def resolve_plm(smk) -> None:
 
     from cselab.models import resolve_model
 
-    with _run(smk, params={"plm": smk.wildcards.plm, "model": smk.params.model}) as run:
+    with _run(smk, params={"plm": smk.wildcards.plm, "model": smk.params.model}, label=smk.wildcards.plm) as run:
         path = resolve_model(smk.params.model)
         cfg = AutoConfig.from_pretrained(path)
         info = {"plm": smk.wildcards.plm, "model": smk.params.model, "path": str(path),
@@ -138,7 +139,7 @@ def sts_table(smk) -> None:
     from cselab import tables
 
     table = smk.params.table
-    with _run(smk, params={"table": table["name"], "experiments": table["experiments"]}) as run:
+    with _run(smk, params={"table": table["name"], "experiments": table["experiments"]}, label=table["name"]) as run:
         rows = []
         for spec, path in zip(smk.params.rows, smk.input.results):
             rows.append({**spec, "scores": json.loads(Path(path).read_text())["scores"]})

