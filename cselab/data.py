@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cselab.errors import DataError
+from cselab.sts import STS_SUBSETS, STS_TASKS
 
 CORPUS_URL = (
     "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
@@ -42,25 +43,14 @@ CORPUS_FULL_LINES = 1_000_000
 _CHUNK = 1 << 20
 _EXTRACT_MARKER = ".cselab_extracted"
 
-STS_TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
 KNOWN_TASKS = STS_TASKS + TRANSFER_TASKS
-
-# STS12-16 subsets, exactly as in SentEval (STS13 ships STS.gs.SMT.txt without an input file,
-# so SMT is not part of STS13).
-_STS_YEARS: dict[str, tuple[str, list[str]]] = {
-    "STS12": ("STS/STS12-en-test", ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"]),
-    "STS13": ("STS/STS13-en-test", ["FNWN", "headlines", "OnWN"]),
-    "STS14": ("STS/STS14-en-test", ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"]),
-    "STS15": ("STS/STS15-en-test", ["answers-forums", "answers-students", "belief", "headlines", "images"]),
-    "STS16": ("STS/STS16-en-test", ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"]),
-}
 
 
 def _task_files(task: str) -> list[tuple[str, str]]:
     """The ``(relpath, kind)`` pairs a task needs; ``kind`` says how its rows are counted."""
-    if task in _STS_YEARS:
-        folder, subsets = _STS_YEARS[task]
+    if task in STS_SUBSETS:
+        folder, subsets = f"STS/{task}-en-test", STS_SUBSETS[task]
         files = []
         for s in subsets:
             files.append((f"{folder}/STS.input.{s}.txt", "sts_input"))

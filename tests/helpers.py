@@ -7,6 +7,9 @@ import random
 import threading
 from pathlib import Path
 
+from cselab.sts import STS_SUBSETS
+
+
 def find_shared_data() -> Path | None:
     """The shared stand-in data dir: /work/shared/data, or ../shared/data next to the repo clone."""
     candidates = [
@@ -70,13 +73,6 @@ class LoopbackServer:
         self.httpd.server_close()
 
 
-STS_SUBSETS = {
-    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
-    "STS13": ["FNWN", "headlines", "OnWN"],
-    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
-    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
-    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
-}
 
 
 WORDS = ("man woman dog cat child car plane guitar flute horse ball river street kitchen garden "

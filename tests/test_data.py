@@ -26,7 +26,6 @@ from cselab.data import (
 from cselab.errors import DataError
 from tests.helpers import STS_SUBSETS, LoopbackServer, find_shared_data, make_senteval
 
-
 # --------------------------------------------------------------------------- loopback server
 
 
