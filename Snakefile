@@ -21,5 +21,5 @@ include: "rules/tables.smk"
 
 rule all:
     input:
-        "results/table1.csv",
+        expand("results/{table}.csv", table=list(CFG["tables"])),
     default_target: True

@@ -132,6 +132,9 @@ def _resolve_data_dir(cfg: dict) -> None:
             raise ConfigError(f"config key 'data_dir': {root} has no {' or '.join(SENTEVAL_DIRNAMES)}/ folder; "
                               f"add the SentEval tree there or set data.senteval.path")
         senteval["path"] = str(found[0])
+    beir = cfg["data"].setdefault("beir", {})
+    if not beir.get("path") and (root / "beir").is_dir():
+        beir["path"] = str(root / "beir")
 
 
 def _merge_experiment(cfg: dict, name: str) -> dict:
@@ -183,6 +186,52 @@ def is_trained(cfg: dict, exp_id: str) -> bool:
     return parse_id(cfg, exp_id)[1] is not None
 
 
+def senteval_tasks(cfg: dict) -> list[str]:
+    """SentEval tasks the data rule verifies: the 7 STS tasks, plus transfer tasks if a table uses them."""
+    from cselab.sts import STS_TASKS
+
+    kinds = {t["kind"] for t in cfg["tables"].values()}
+    return list(STS_TASKS) + (list(cfg["evaluation"]["transfer"]["tasks"]) if "transfer" in kinds else [])
+
+
+def encoder_settings(cfg: dict) -> dict:
+    """The settings that determine an embedding (shared by every evaluator and the cache key)."""
+    ev = cfg["evaluation"]
+    return {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512), "batch_size": ev.get("batch_size", 128)}
+
+
 def tracking_uri(cfg: dict) -> str:
     """``MLFLOW_TRACKING_URI`` wins over the config's ``mlflow.tracking_uri``."""
     return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"].get("tracking_uri", "sqlite:///results/mlflow.db")
+
+
+TABLE_KINDS = {
+    # kind: (result file(s) per experiment, columns, report an average)
+    "sts": ("sts.json", None, True),
+    "transfer": ("transfer.json", None, True),
+    "beir": ("beir/{dataset}.json", None, True),
+    "retrieval": ("stsb_retrieval.json", ["R@1", "R@5", "R@10"], False),
+    "geometry": ("geometry.json", ["alignment", "uniformity"], False),
+}
+
+
+def table_columns(cfg: dict, name: str) -> list[str]:
+    kind = cfg["tables"][name]["kind"]
+    if kind == "sts":
+        from cselab.published import STS_COLUMNS
+
+        return list(STS_COLUMNS)
+    if kind == "transfer":
+        return list(cfg["evaluation"]["transfer"]["tasks"])
+    if kind == "beir":
+        return list(cfg["evaluation"]["beir"]["datasets"])
+    return list(TABLE_KINDS[kind][1])
+
+
+def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
+    """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
+    kind = cfg["tables"][name]["kind"]
+    pattern = TABLE_KINDS[kind][0]
+    files = [pattern.format(dataset=d) for d in cfg["evaluation"]["beir"]["datasets"]] if kind == "beir" else [pattern]
+    return {i: [f"results/experiments/{i}/{f}" for f in files]
+            for i in experiment_ids(cfg, cfg["tables"][name]["experiments"])}

@@ -35,7 +35,36 @@ COMPCSE_TABLE1 = [
      "row": "SimCSE (w/ comp.)", "scores": _sts("72.32 84.19 75.00 84.83 81.27 82.10 70.99 78.67")},
 ]
 
-PUBLISHED = {("compcse", "table1"): COMPCSE_TABLE1}
+# DiffCSE (Chuang et al., 2022), Table 11: alignment / uniformity on the STS-B test set.
+# (Its "Avg. BERT" row uses average pooling, which our untrained [CLS] row is not.)
+DIFFCSE_TABLE11 = [
+    {"model": "bert-base-uncased", "objective": "simcse", "options": {}, "row": "SimCSE-BERT_base",
+     "scores": {"alignment": 0.177, "uniformity": -2.313}},
+    {"model": "bert-base-uncased", "objective": "diffcse", "options": {}, "row": "DiffCSE-BERT_base",
+     "scores": {"alignment": 0.097, "uniformity": -1.438}},
+]
+
+PUBLISHED = {("compcse", "table1"): COMPCSE_TABLE1, ("diffcse", "table11"): DIFFCSE_TABLE11}
+
+
+def _register_other_tables() -> None:
+    from cselab import published_retrieval, published_transfer
+
+    for module in (published_transfer, published_retrieval):
+        for key, entries in module.ENTRIES.items():
+            PUBLISHED.setdefault(key, entries)
+
+
+def lookup_any(sources, model: str, objective: str, options: dict) -> tuple[dict | None, str]:
+    """The first of ``sources`` ((paper, table) pairs) with a matching published setting."""
+    notes = []
+    for paper, table in sources:
+        entry, note = lookup(paper, table, model, objective, options)
+        if entry:
+            return entry, f"{note} [{paper} {table}]"
+        if note:
+            notes.append(f"{note} [{paper} {table}]")
+    return None, "; ".join(notes)
 
 
 def lookup(paper: str, table: str, model: str, objective: str, options: dict) -> tuple[dict | None, str]:
@@ -49,3 +78,6 @@ def lookup(paper: str, table: str, model: str, objective: str, options: dict) ->
             return entry, f"paper row: {entry['row']}"
         note = f"paper row '{entry['row']}' uses {mismatched}; not comparable"
     return None, note
+
+
+_register_other_tables()

@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -47,6 +48,11 @@ def git_commit() -> str:
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def metric_name(name: str) -> str:
+    """MLflow allows letters, digits and ``_-. :/`` in metric names: ``R@1`` -> ``R_at_1``."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -113,7 +119,7 @@ class Run:
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         import mlflow
 
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None}, step=step)
+        mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items() if v is not None}, step=step)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         import mlflow

@@ -106,53 +106,172 @@ def train(smk) -> None:
         run.log_artifact(smk.output.summary)
 
 
-def evaluate_sts(smk) -> None:
-    from cselab import sts
-    from cselab.encoder import load_encoder
-    from cselab.models import resolve_model
+class _Model:
+    """The model an evaluation rule scores: encoder, timing and the embedding cache."""
 
-    settings, exp_id = smk.params.settings, smk.params.experiment
-    model_input = Path(smk.input.model)
-    model_dir = resolve_model(json.loads(model_input.read_text())["model"]) if model_input.is_file() else model_input
-    with _run(smk, experiment_id=exp_id, params={"evaluation": settings, "model_dir": str(model_dir)}) as run:
-        encoder = load_encoder(model_dir, pooler=settings["pooler"], mlp_head=False)
-        calls = []
+    def __init__(self, smk):
+        from cselab.cache import EmbeddingCache
+        from cselab.encoder import load_encoder
+        from cselab.models import resolve_model
 
+        self.settings = smk.params.settings
+        model_input = Path(smk.input.model)
+        self.dir = (resolve_model(json.loads(model_input.read_text())["model"])
+                    if model_input.is_file() else model_input)
+        self.encoder = load_encoder(self.dir, pooler=self.settings["pooler"], mlp_head=False)
+        key = {k: v for k, v in self.settings.items() if k in ("pooler", "max_len")}
+        self.cache = (EmbeddingCache(Path("results/cache/embeddings"), self.dir, key)
+                      if self.settings.get("cache", True) else None)
+        self.encoded, self.encode_seconds = 0, 0.0
+
+    def encode_fn(self, dataset: str, max_len: int | None = None, sequence: bool = False) -> Callable:
+        """An ``encode`` for evaluators, through the cache under ``dataset``.
+
+        ``sequence=True`` is for evaluators that call ``encode`` several times (retrieval: the
+        queries, then corpus chunks): the n-th call is cached as ``<dataset>.<n>``.
+        """
         def encode(sentences):
             tic = time.perf_counter()
-            out = encoder.encode(sentences, batch_size=settings["batch_size"], max_len=settings["max_len"])
-            calls.append((len(sentences), time.perf_counter() - tic))
+            out = self.encoder.encode(sentences, batch_size=self.settings["batch_size"],
+                                      max_len=max_len or self.settings["max_len"])
+            self.encoded += len(sentences)
+            self.encode_seconds += time.perf_counter() - tic
             return out
 
+        if self.cache is None:
+            return encode
+        name = dataset + ("" if max_len in (None, self.settings["max_len"]) else f"-len{max_len}")
+        if not sequence:
+            return self.cache.encoder(name, encode)
+        calls = iter(range(1 << 30))
+        return lambda sentences: self.cache.get(f"{name}.{next(calls)}", list(sentences), encode)
+
+    def stats(self) -> dict:
+        return {"model_dir": str(self.dir), "encoded_sentences": self.encoded,
+                "encode_seconds": self.encode_seconds,
+                "encode_sentences_per_s": self.encoded / self.encode_seconds if self.encode_seconds else None,
+                "cache_hits": self.cache.hits if self.cache else 0,
+                "cache_misses": self.cache.misses if self.cache else 0}
+
+
+def _evaluate(smk, compute: Callable[["_Model"], dict], params: dict | None = None) -> None:
+    """Shared shell of the evaluation rules: one MLflow run, result JSON with timing and cache stats."""
+    exp_id = smk.params.experiment
+    with _run(smk, experiment_id=exp_id, params={"evaluation": smk.params.settings, **(params or {})}) as run:
+        model = _Model(smk)
         tic = time.perf_counter()
-        result = sts.evaluate_sts(encode, _senteval_root(smk.input.senteval))
-        result.update(experiment=exp_id, model_dir=str(model_dir), settings=settings,
-                      seconds=time.perf_counter() - tic,
-                      encode_sentences_per_s=sum(n for n, _ in calls) / max(1e-9, sum(s for _, s in calls)))
-        run.log_metrics({**{f"sts.{k}": v for k, v in result["scores"].items()}, "sts.avg": result["avg"],
-                         "seconds": result["seconds"], "encode_sentences_per_s": result["encode_sentences_per_s"]})
+        result = compute(model)
+        result.update(experiment=exp_id, settings=smk.params.settings, wall_seconds=time.perf_counter() - tic,
+                      **model.stats())
+        prefix = smk.rule.removeprefix("evaluate_")
+        run.log_metrics({**{f"{prefix}.{k}": v for k, v in result["scores"].items()},
+                         **({"avg": result["avg"]} if result.get("avg") is not None else {}),
+                         **{k: result[k] for k in ("wall_seconds", "encode_seconds", "encode_sentences_per_s",
+                                                    "cache_hits", "cache_misses") if result.get(k) is not None}})
         _write_json(smk.output[0], result)
         run.log_artifact(smk.output[0])
 
 
-def sts_table(smk) -> None:
+def evaluate_sts(smk) -> None:
+    from cselab import sts
+
+    root = _senteval_root(smk.input.senteval)
+    _evaluate(smk, lambda m: sts.evaluate_sts(m.encode_fn("sts"), root))
+
+
+def evaluate_transfer(smk) -> None:
+    from cselab import transfer
+
+    root, opts = _senteval_root(smk.input.senteval), smk.params.transfer
+    _evaluate(smk, lambda m: transfer.evaluate_transfer(m.encode_fn("transfer"), root, tasks=opts["tasks"],
+                                                        mode=opts["mode"], seed=opts["seed"]),
+              params={"transfer": opts})
+
+
+def evaluate_retrieval(smk) -> None:
+    """BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@1/5/10), one code path."""
+    from cselab import retrieval
+
+    opts, manifest = smk.params.retrieval, json.loads(Path(smk.input.dataset).read_text())
+    name = smk.wildcards.get("dataset", "stsb_retrieval")
+
+    def compute(m: _Model) -> dict:
+        res = retrieval.evaluate_beir(m.encode_fn(f"beir-{name}", max_len=opts["max_len"], sequence=True),
+                                      Path(manifest["root"]), k=opts["k"], chunk_size=opts["chunk_size"],
+                                      score=opts["score"], k_values=(1, 5, 10, 100))
+        metrics = res["metrics"]
+        if smk.params.metric == "ndcg@10":  # BEIR tables report fractions (InfoCSE Table 3)
+            scores = {name: metrics["ndcg@10"]}
+        else:  # in-domain retrieval tables report recall in percent
+            scores = {f"R@{k}": 100 * metrics[f"recall@{k}"] for k in (1, 5, 10)}
+        return {"dataset": name, **res, "scores": scores}
+
+    _evaluate(smk, compute, params={"retrieval": opts, "dataset": name})
+
+
+def evaluate_geometry(smk) -> None:
+    from cselab import geometry, sts
+
+    root, opts = _senteval_root(smk.input.senteval), smk.params.geometry
+
+    def compute(m: _Model) -> dict:
+        subset = sts.load_stsb(root, split=opts["split"])
+        res = geometry.align_uniform(m.encode_fn(f"stsb-{opts['split']}"), subset, threshold=opts["threshold"])
+        return {**res, "scores": {"alignment": res["alignment"], "uniformity": res["uniformity"]}}
+
+    _evaluate(smk, compute, params={"geometry": opts})
+
+
+def prepare_beir(smk) -> None:
+    from cselab.retrieval import prepare_beir as prepare
+
+    name = smk.wildcards.dataset
+    with _run(smk, params={"dataset": name, "url": smk.params.url, "path": smk.params.path}, label=name) as run:
+        manifest = prepare(name, url=smk.params.url, path=smk.params.path, out_dir=Path(smk.params.out_dir),
+                           manifest=Path(smk.output.manifest), download_dir=Path(smk.params.download_dir))
+        run.log_metrics({k: v for k, v in manifest.get("counts", {}).items() if isinstance(v, (int, float))})
+        run.log_artifact(smk.output.manifest)
+
+
+def prepare_stsb_retrieval(smk) -> None:
+    from cselab.retrieval import prepare_beir as prepare
+    from cselab.retrieval import stsb_retrieval_dataset
+
+    with _run(smk, label="stsb") as run:
+        root = stsb_retrieval_dataset(_senteval_root(smk.input.senteval), Path(smk.params.out_dir))
+        manifest = prepare("stsb_retrieval", url=None, path=str(root), out_dir=Path(smk.params.out_dir),
+                           manifest=Path(smk.output.manifest), download_dir=Path("resources/downloads"))
+        run.log_metrics({k: v for k, v in manifest.get("counts", {}).items() if isinstance(v, (int, float))})
+        run.log_artifact(smk.output.manifest)
+
+
+def table(smk) -> None:
     from cselab import tables
 
-    table = smk.params.table
-    with _run(smk, params={"table": table["name"], "experiments": table["experiments"]}, label=table["name"]) as run:
+    spec, columns = smk.params.table, smk.params.columns
+    with _run(smk, params={"table": spec["name"], "kind": spec["kind"], "experiments": spec["experiments"]},
+              label=spec["name"]) as run:
         rows = []
-        for spec, path in zip(smk.params.rows, smk.input.results):
-            rows.append({**spec, "scores": json.loads(Path(path).read_text())["scores"]})
-        df = tables.sts_table(rows, paper=table.get("paper", ""), table=table["name"])
-        tables.write(df, smk.output.csv, smk.output.md, table.get("title", table["name"]))
-        for _, r in df.iterrows():
-            run.log_metrics({f"{r['experiment']}.avg": r["Avg"]})
+        for row in smk.params.rows:
+            scores = {}
+            for path in row["files"]:
+                scores.update(json.loads(Path(path).read_text())["scores"])
+            rows.append({**row, "scores": scores})
+        average = spec["kind"] in ("sts", "transfer", "beir")
+        digits = {"geometry": 3, "beir": 4}.get(spec["kind"], 2)
+        df = tables.score_table(rows, columns, [tuple(s) for s in spec.get("sources", [])],
+                                average=average, digits=digits)
+        tables.write(df, columns, smk.output.csv, smk.output.md, spec.get("title", spec["name"]), digits)
+        if average:
+            for _, r in df.iterrows():
+                run.log_metrics({f"{r['experiment']}.avg": r["Avg"]})
         run.log_artifact(smk.output.csv)
         run.log_artifact(smk.output.md)
 
 
-JOBS: dict[str, Callable] = {f.__name__: f for f in
-                             (prepare_corpus, prepare_senteval, resolve_plm, train, evaluate_sts, sts_table)}
+JOBS: dict[str, Callable] = {f.__name__: f for f in (
+    prepare_corpus, prepare_senteval, resolve_plm, prepare_beir, prepare_stsb_retrieval, train,
+    evaluate_sts, evaluate_transfer, evaluate_retrieval, evaluate_geometry, table)}
 
 
 def main(smk, job: str) -> None:

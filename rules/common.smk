@@ -1,5 +1,6 @@
 # Shared set-up: make the library importable, validate the config, name experiments.
 import sys
+from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)  # scripts find the library via workflow_scripts/cselab_path.py
 
@@ -14,9 +15,15 @@ except CselabError as e:
     raise WorkflowError(f"invalid configuration: {e}")
 
 
+SENTEVAL_TASKS = cselab_config.senteval_tasks(CFG)
+ENCODER = {**cselab_config.encoder_settings(CFG), "cache": CFG["evaluation"].get("cache", True)}
+
+
 wildcard_constraints:
     exp="[A-Za-z0-9][A-Za-z0-9._-]*",
     plm="[A-Za-z0-9][A-Za-z0-9._-]*",
+    dataset="[A-Za-z0-9][A-Za-z0-9._-]*",
+    table="|".join(CFG["tables"]),
 
 
 def experiment_spec(exp):
@@ -30,6 +37,16 @@ def table_ids(table):
     return cselab_config.experiment_ids(CFG, CFG["tables"][table]["experiments"])
 
 
+def table_inputs(table):
+    return cselab_config.table_inputs(CFG, table)
+
+
+def beir_local_path(dataset):
+    """A local copy of a BEIR dataset (data.beir.path/<dataset>), or None to download it."""
+    root = CFG["data"]["beir"].get("path")
+    return str(Path(root) / dataset) if root else None
+
+
 def model_input(wildcards):
     """A trained experiment's best checkpoint, or the resolved PLM for an untrained one."""
     spec = experiment_spec(wildcards.exp)
@@ -41,7 +58,8 @@ def model_input(wildcards):
 def table_rows(table):
     """What the table rule needs to know about each experiment id (a rerun trigger too)."""
     keep = ("name", "plm", "model", "method", "objective", "options", "seed")
-    return [{k: experiment_spec(i)[k] for k in keep} for i in table_ids(table)]
+    return [{**{k: experiment_spec(i)[k] for k in keep}, "id": i, "files": files}
+            for i, files in table_inputs(table).items()]
 
 
 onstart:

@@ -27,7 +27,7 @@ rule prepare_senteval:
         manifest="resources/senteval/manifest.json",
     params:
         source=CFG["data"]["senteval"],
-        tasks=["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"],
+        tasks=SENTEVAL_TASKS,
         extract_dir="resources/senteval/tree",
         download_dir="resources/downloads",
     log:
@@ -59,3 +59,44 @@ rule resolve_plm:
         "../envs/cselab.yaml"
     script:
         "../workflow_scripts/resolve_plm.py"
+
+
+rule prepare_beir:
+    output:
+        manifest="resources/beir/{dataset}/manifest.json",
+    params:
+        url=lambda wc: CFG["data"]["beir"]["url"].format(name=wc.dataset),
+        path=lambda wc: beir_local_path(wc.dataset),
+        out_dir=lambda wc: f"resources/beir/{wc.dataset}/data",
+        download_dir="resources/downloads",
+    log:
+        "logs/prepare_beir/{dataset}.log",
+    benchmark:
+        "benchmarks/prepare_beir/{dataset}.tsv"
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../envs/cselab.yaml"
+    script:
+        "../workflow_scripts/prepare_beir.py"
+
+
+rule prepare_stsb_retrieval:
+    input:
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        manifest="resources/stsb_retrieval/manifest.json",
+    params:
+        out_dir="resources/stsb_retrieval/data",
+    log:
+        "logs/prepare_stsb_retrieval.log",
+    benchmark:
+        "benchmarks/prepare_stsb_retrieval.tsv"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../envs/cselab.yaml"
+    script:
+        "../workflow_scripts/prepare_stsb_retrieval.py"

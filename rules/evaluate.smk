@@ -1,4 +1,5 @@
-# Evaluation: the 7 STS tasks (SentEval "all" protocol) for a trained or untrained model.
+# Evaluation of a trained or untrained model. Every rule reads embeddings through the cache
+# (results/cache), so adding a metric or a table never re-encodes a dataset.
 
 
 rule evaluate_sts:
@@ -8,7 +9,7 @@ rule evaluate_sts:
     output:
         "results/experiments/{exp}/sts.json",
     params:
-        settings=CFG["evaluation"],
+        settings=ENCODER,
         experiment="{exp}",
     log:
         "logs/evaluate_sts/{exp}.log",
@@ -22,3 +23,101 @@ rule evaluate_sts:
         "../envs/cselab.yaml"
     script:
         "../workflow_scripts/evaluate_sts.py"
+
+
+rule evaluate_transfer:
+    input:
+        model=model_input,
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        "results/experiments/{exp}/transfer.json",
+    params:
+        settings=ENCODER,
+        transfer=CFG["evaluation"]["transfer"],
+        experiment="{exp}",
+    log:
+        "logs/evaluate_transfer/{exp}.log",
+    benchmark:
+        "benchmarks/evaluate_transfer/{exp}.tsv"
+    threads: 8
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        "../envs/cselab.yaml"
+    script:
+        "../workflow_scripts/evaluate_transfer.py"
+
+
+rule evaluate_beir:
+    input:
+        model=model_input,
+        dataset="resources/beir/{dataset}/manifest.json",
+    output:
+        "results/experiments/{exp}/beir/{dataset}.json",
+    params:
+        settings=ENCODER,
+        retrieval=CFG["evaluation"]["beir"],
+        experiment="{exp}",
+        metric="ndcg@10",
+    log:
+        "logs/evaluate_beir/{exp}/{dataset}.log",
+    benchmark:
+        "benchmarks/evaluate_beir/{exp}/{dataset}.tsv"
+    threads: 8
+    resources:
+        mem_mb=32000,
+        runtime=12 * 60,
+    conda:
+        "../envs/cselab.yaml"
+    script:
+        "../workflow_scripts/evaluate_retrieval.py"
+
+
+rule evaluate_stsb_retrieval:
+    input:
+        model=model_input,
+        dataset=rules.prepare_stsb_retrieval.output.manifest,
+    output:
+        "results/experiments/{exp}/stsb_retrieval.json",
+    params:
+        settings=ENCODER,
+        retrieval=CFG["evaluation"]["beir"],
+        experiment="{exp}",
+        metric="recall",
+    log:
+        "logs/evaluate_stsb_retrieval/{exp}.log",
+    benchmark:
+        "benchmarks/evaluate_stsb_retrieval/{exp}.tsv"
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../envs/cselab.yaml"
+    script:
+        "../workflow_scripts/evaluate_retrieval.py"
+
+
+rule evaluate_geometry:
+    input:
+        model=model_input,
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        "results/experiments/{exp}/geometry.json",
+    params:
+        settings=ENCODER,
+        geometry=CFG["evaluation"]["geometry"],
+        experiment="{exp}",
+    log:
+        "logs/evaluate_geometry/{exp}.log",
+    benchmark:
+        "benchmarks/evaluate_geometry/{exp}.tsv"
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../envs/cselab.yaml"
+    script:
+        "../workflow_scripts/evaluate_geometry.py"

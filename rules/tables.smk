@@ -1,23 +1,25 @@
-# Tables: each declares its experiments in the config; Snakemake builds only what is missing.
+# Tables: each declares its kind and experiments in the config; Snakemake builds only what
+# is missing. One rule serves every table.
 
 
-rule table1:
+rule table:
     input:
-        results=lambda wc: [f"results/experiments/{i}/sts.json" for i in table_ids("table1")],
+        results=lambda wc: [f for files in table_inputs(wc.table).values() for f in files],
     output:
-        csv="results/table1.csv",
-        md="results/table1.md",
+        csv="results/{table}.csv",
+        md="results/{table}.md",
     params:
-        table=lambda wc: {"name": "table1", **CFG["tables"]["table1"]},
-        rows=lambda wc: table_rows("table1"),
+        table=lambda wc: {"name": wc.table, **CFG["tables"][wc.table]},
+        columns=lambda wc: cselab_config.table_columns(CFG, wc.table),
+        rows=lambda wc: table_rows(wc.table),
     log:
-        "logs/table1.log",
+        "logs/tables/{table}.log",
     benchmark:
-        "benchmarks/table1.tsv"
+        "benchmarks/tables/{table}.tsv"
     resources:
         mem_mb=2000,
         runtime=10,
     conda:
         "../envs/cselab.yaml"
     script:
-        "../workflow_scripts/sts_table.py"
+        "../workflow_scripts/table.py"

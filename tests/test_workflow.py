@@ -14,11 +14,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import make_corpus, make_senteval
+from tests.helpers import make_beir, make_corpus, make_senteval, make_transfer
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
-RULES = {"prepare_corpus", "prepare_senteval", "resolve_plm", "train", "evaluate_sts", "table1"}
+EVALS = ["evaluate_sts", "evaluate_transfer", "evaluate_beir", "evaluate_stsb_retrieval", "evaluate_geometry"]
+RULES = {"prepare_corpus", "prepare_senteval", "prepare_beir", "prepare_stsb_retrieval", "resolve_plm", "train",
+         "table", *EVALS}
+TABLES = ["table1", "table_transfer", "table_beir", "table_retrieval", "table_geometry"]
+IDS = ["untrained-tiny", "simcse-tiny", "compcse-tiny"]
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -34,15 +38,17 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
 def write_config(workdir: Path, **patch) -> None:
     cfg = {
         "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt"), "max_lines": 200},
-                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False},
+                 "beir": {"path": str(workdir / "data" / "beir")}},
         "mlflow": {"experiment_name": "cselab-test"},
         "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4, "log_steps": 2},
-        "evaluation": {"batch_size": 64},
+        "evaluation": {"batch_size": 64, "transfer": {"mode": "fast"},
+                       "beir": {"datasets": ["toy"], "chunk_size": 16, "k": 100, "max_len": 64}},
         "experiments": {"untrained-tiny": {"plm": "tiny", "method": "untrained"},
                         "simcse-tiny": {"plm": "tiny", "method": "simcse"},
                         "compcse-tiny": {"plm": "tiny", "method": "compcse"}},
-        "tables": {"table1": {"experiments": ["untrained-tiny", "simcse-tiny", "compcse-tiny"]}},
+        "tables": {name: {"experiments": IDS} for name in TABLES},
     }
     for section, values in patch.items():
         cfg[section] = {**cfg.get(section, {}), **values}
@@ -55,10 +61,14 @@ def workflow_run(tmp_path_factory):
 
     workdir = tmp_path_factory.mktemp("wf")
     make_senteval(workdir / "data" / "senteval", n_extra=12)
+    make_transfer(workdir / "data" / "senteval")
+    make_beir(workdir / "data" / "beir" / "toy")
     make_corpus(workdir / "data" / "corpus.txt", 300)
     make_tiny_bert(workdir / "tiny-bert")
     write_config(workdir)
-    proc = snakemake(workdir, "--cores", "2", "results/table1.csv")
+    one_thread = [f"{rule}=1" for rule in ["train", *EVALS]]  # tiny model: run two jobs at a time
+    proc = snakemake(workdir, "--cores", "2", "--set-threads", *one_thread, "--",
+                     *[f"results/{t}.csv" for t in TABLES])
     return workdir, proc
 
 
@@ -93,7 +103,8 @@ def test_mlflow_has_one_run_per_job(workflow_run):
         assert tags["git_commit"] and tags["version.torch"] and tags["version.transformers"]
         by_rule.setdefault(tags["rule"], []).append(run)
     assert set(by_rule) == RULES
-    assert len(by_rule["train"]) == 2 and len(by_rule["evaluate_sts"]) == 3 and len(runs) == 9
+    assert len(by_rule["train"]) == 2 and all(len(by_rule[r]) == 3 for r in EVALS)
+    assert len(by_rule["table"]) == len(TABLES) and len(runs) == 5 + 2 + 3 * len(EVALS) + len(TABLES)
     for run in by_rule["train"]:
         assert run.data.tags["experiment_id"] in {"simcse-tiny-s42", "compcse-tiny-s42"}
         assert len(client.get_metric_history(run.info.run_id, "loss")) == 4
@@ -102,13 +113,38 @@ def test_mlflow_has_one_run_per_job(workflow_run):
         assert run.data.params["training.batch_size"] == "16"
     for run in by_rule["evaluate_sts"]:
         assert {f"sts.{t}" for t in TASKS} <= set(run.data.metrics)
-    (table_run,) = by_rule["table1"]
+    (table_run,) = [r for r in by_rule["table"] if r.info.run_name == "table:table1"]
     assert {a.path for a in client.list_artifacts(table_run.info.run_id)} >= {"table1.csv", "table1.md"}
 
 
-def test_rerun_and_evaluation_change_never_retrain(workflow_run):
+def test_other_tables(workflow_run):
     workdir, _ = workflow_run
-    assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
+    expected = {"table_transfer": ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "Avg"],
+                "table_beir": ["toy", "Avg"], "table_retrieval": ["R@1", "R@5", "R@10"],
+                "table_geometry": ["alignment", "uniformity"]}
+    for name, cols in expected.items():
+        df = pd.read_csv(workdir / "results" / f"{name}.csv")
+        assert list(df["experiment"]) == IDS, name
+        for col in cols:
+            assert df[col].notna().all(), (name, col)
+    transfer = pd.read_csv(workdir / "results" / "table_transfer.csv")
+    assert transfer[["MR", "SUBJ", "MPQA"]].to_numpy().min() > 0
+    geometry = pd.read_csv(workdir / "results" / "table_geometry.csv")
+    assert (geometry["alignment"] >= 0).all() and (geometry["uniformity"] <= 0).all()
+
+
+def test_rerun_and_evaluation_change_never_retrain(workflow_run):
+    import json
+
+    workdir, _ = workflow_run
+    assert "Nothing to be done" in snakemake(workdir, "-n", *[f"results/{t}.csv" for t in TABLES]).stdout
+    # A changed transfer setting re-runs that evaluation only, from cached embeddings.
+    write_config(workdir, evaluation={"batch_size": 64, "transfer": {"mode": "test"},
+                                      "beir": {"datasets": ["toy"], "chunk_size": 16, "k": 100, "max_len": 64}})
+    out = snakemake(workdir, "--cores", "2", "results/table_transfer.csv").stdout
+    result = json.loads((workdir / "results/experiments/simcse-tiny-s42/transfer.json").read_text())
+    assert result["mode"] == "test" and result["cache_hits"] == 1 and result["cache_misses"] == 0
+    assert "rule train:" not in out
     write_config(workdir, evaluation={"batch_size": 7})
     out = snakemake(workdir, "-n", "results/table1.csv").stdout
     assert "evaluate_sts" in out and "table1" in out
