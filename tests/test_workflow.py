@@ -165,6 +165,16 @@ def test_bad_config_is_one_clear_message(workflow_run):
     assert "unknown config key 'training.learnig_rate'" in proc.stdout + proc.stderr
 
 
+def test_adding_a_table_never_retrains(workflow_run):
+    workdir, _ = workflow_run
+    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg["tables"] = {"table1": {"experiments": IDS}}
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+    out = snakemake(workdir, "-n", "results/table1.csv").stdout
+    write_config(workdir)
+    assert "Nothing to be done" in out
+
+
 def test_missing_data_is_one_clear_message(tmp_path, tiny_bert):
     (tmp_path / "data").mkdir()
     (tmp_path / "tiny-bert").symlink_to(tiny_bert)
