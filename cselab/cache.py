@@ -16,17 +16,11 @@ from typing import Callable
 
 import numpy as np
 
+from cselab.data import sha256_file
+
 log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "mlp_head.pt")
-
-
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -36,7 +30,7 @@ def model_fingerprint(model_dir: Path) -> str:
     h = hashlib.sha256()
     for f in files:
         if f.is_file():
-            h.update(f.name.encode() + b"\0" + _sha(f).encode())
+            h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
     return h.hexdigest()
 
 

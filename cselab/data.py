@@ -24,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cselab.errors import DataError
 from cselab.sts import STS_SUBSETS, STS_TASKS
@@ -144,7 +144,7 @@ _STRICT_FIX = "re-download, or set data.senteval.strict_counts: false for a trim
 # --------------------------------------------------------------------------- helpers
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -153,7 +153,7 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
+def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``path`` via a temporary file and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +207,7 @@ def fetch(source: str, dest: Path, *, sha256: str | None = None, timeout: float 
     expected = sha256.lower() if sha256 else None
 
     if dest.is_file() and dest.stat().st_size > 0:
-        digest = _sha256_file(dest)
+        digest = sha256_file(dest)
         if expected is None or digest == expected:
             return {"source": source, "path": str(dest), "bytes": dest.stat().st_size, "sha256": digest}
         # Stale or corrupt copy: download again.
@@ -361,7 +361,7 @@ def prepare_corpus(
         "out_sha256": out_hash.hexdigest(),
         "max_lines": max_lines,
     }
-    _write_json_atomic(Path(manifest), result)
+    write_json_atomic(Path(manifest), result)
     return result
 
 
@@ -413,28 +413,37 @@ def _find_downstream(base: Path) -> Path | None:
     return None
 
 
+def extract_once(archive: Path, archive_sha: str, extract_dir: Path,
+                 extract: Callable[[Path, Path], None]) -> None:
+    """Extract ``archive`` into ``extract_dir`` unless it already holds it (marker = its sha256).
+
+    Extraction goes to a ``.part`` folder renamed at the end, so an interrupted run leaves no
+    half-extracted tree; a non-empty folder that cselab did not extract is never deleted.
+    """
+    marker = extract_dir / _EXTRACT_MARKER
+    if marker.is_file() and marker.read_text().strip() == archive_sha:
+        return
+    if extract_dir.exists():
+        if not marker.is_file() and any(extract_dir.iterdir()):
+            raise DataError(f"{extract_dir} exists and was not extracted by cselab; delete it or choose "
+                            "another extract directory, then re-run.")
+        shutil.rmtree(extract_dir)
+    tmp = extract_dir.with_name(extract_dir.name + ".part")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        extract(archive, tmp)
+    except DataError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    (tmp / _EXTRACT_MARKER).write_text(archive_sha + "\n")
+    os.replace(tmp, extract_dir)
+
+
 def _extract_senteval(tar_path: Path, tar_sha: str, extract_dir: Path) -> Path:
     """Extract the SentEval tar into ``extract_dir`` (once per archive digest); return its root."""
-    marker = extract_dir / _EXTRACT_MARKER
-    if not (marker.is_file() and marker.read_text().strip() == tar_sha):
-        if extract_dir.exists():
-            if not marker.is_file() and any(extract_dir.iterdir()):
-                raise DataError(
-                    f"{extract_dir} exists and was not extracted by cselab; delete it or choose "
-                    "another extract directory, then re-run."
-                )
-            shutil.rmtree(extract_dir)
-        tmp = extract_dir.with_name(extract_dir.name + ".part")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        try:
-            _safe_extract(tar_path, tmp)
-        except DataError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        (tmp / _EXTRACT_MARKER).write_text(tar_sha + "\n")
-        os.replace(tmp, extract_dir)
+    extract_once(tar_path, tar_sha, extract_dir, _safe_extract)
     root = _find_downstream(extract_dir)
     if root is None:
         raise DataError(
@@ -494,7 +503,7 @@ def prepare_senteval(
         "strict_counts": strict_counts,
         "tasks": verified["tasks"],
     }
-    _write_json_atomic(Path(manifest), result)
+    write_json_atomic(Path(manifest), result)
     return result
 
 

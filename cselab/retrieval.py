@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from cselab.data import fetch
+from cselab.data import extract_once, fetch, write_json_atomic
 from cselab.errors import DataError
 
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
@@ -59,7 +59,6 @@ SCORES = ("cos", "dot")
 KNOWN_DANGLING_QRELS = {"arguana": 1}
 
 _CHUNK = 1 << 20
-_EXTRACT_MARKER = ".cselab_extracted"
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 EncodeIds = Callable[[list[str]], Any]
@@ -68,29 +67,11 @@ EncodeIds = Callable[[list[str]], Any]
 # --------------------------------------------------------------------------- small helpers
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def _write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def doc_text(doc: Mapping[str, Any]) -> str:
@@ -146,31 +127,6 @@ def _safe_extract_zip(zip_path: Path, dest: Path) -> None:
             f"Cannot extract {zip_path} into {dest}: {e}; free disk space or fix permissions, "
             "then re-run."
         ) from e
-
-
-def _extract_once(zip_path: Path, zip_sha: str, extract_dir: Path) -> None:
-    """Extract into ``extract_dir`` unless it already holds this archive (marker = its sha256)."""
-    marker = extract_dir / _EXTRACT_MARKER
-    if marker.is_file() and marker.read_text().strip() == zip_sha:
-        return
-    if extract_dir.exists():
-        if not marker.is_file() and any(extract_dir.iterdir()):
-            raise DataError(
-                f"{extract_dir} exists and was not extracted by cselab; delete it or choose another "
-                "output directory, then re-run."
-            )
-        shutil.rmtree(extract_dir)
-    tmp = extract_dir.with_name(extract_dir.name + ".part")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        _safe_extract_zip(zip_path, tmp)
-    except DataError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    (tmp / _EXTRACT_MARKER).write_text(zip_sha + "\n")
-    os.replace(tmp, extract_dir)
 
 
 # --------------------------------------------------------------------------- BEIR layout
@@ -359,7 +315,7 @@ def prepare_beir(
         if out_dir.resolve() in zip_path.resolve().parents:
             raise DataError(f"download_dir {download_dir} is inside out_dir {out_dir}, whose content is "
                             "replaced on re-extraction; choose separate directories.")
-        _extract_once(zip_path, got["sha256"], out_dir)
+        extract_once(zip_path, got["sha256"], out_dir, _safe_extract_zip)
         fix = f"delete {zip_path} and {out_dir} and re-run, {manual}"
         root = _find_root(out_dir, name)
         if root is None:
@@ -404,7 +360,7 @@ def prepare_beir(
         "subsets": per_subset,
         "dangling_qrels": dangling,
     }
-    _write_json_atomic(Path(manifest), result)
+    write_json_atomic(Path(manifest), result)
     return result
 
 

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from tests.helpers import make_tiny_bert
+from tests.helpers import LoopbackServer, make_tiny_bert
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -19,3 +19,17 @@ def tiny_encoder(tiny_bert):
     from cselab.encoder import load_encoder
 
     return load_encoder(tiny_bert)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    """Make sure loopback requests never go through an environment proxy."""
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(var, "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def server():
+    s = LoopbackServer()
+    yield s
+    s.close()

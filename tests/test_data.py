@@ -24,23 +24,11 @@ from cselab.data import (
     verify_senteval,
 )
 from cselab.errors import DataError
-from tests.helpers import STS_SUBSETS, LoopbackServer, find_shared_data, make_senteval
+from tests.helpers import STS_SUBSETS, find_shared_data, make_senteval
 
 # --------------------------------------------------------------------------- loopback server
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    """Make sure loopback requests never go through an environment proxy."""
-    for var in ("no_proxy", "NO_PROXY"):
-        monkeypatch.setenv(var, "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def server():
-    s = LoopbackServer()
-    yield s
-    s.close()
 
 
 def _free_port() -> int:

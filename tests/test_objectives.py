@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from cselab.objectives import OBJECTIVES, objective_class
-from cselab.objectives.compcse import AGGREGATIONS, Aggregator, CompCSE, split_batch, split_ids
+from cselab.objectives.compcse import (
+    AGGREGATIONS,
+    Aggregator,
+    CompCSE,
+    split_batch,
+    split_ids,
+)
 from cselab.objectives.losses import info_nce
 
 CLS, SEP, PAD = 101, 102, 0

@@ -30,22 +30,7 @@ from cselab.retrieval import (
     search,
     stsb_retrieval_dataset,
 )
-from tests.helpers import LoopbackServer, find_shared_data
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    """Make sure loopback requests never go through an environment proxy."""
-    for var in ("no_proxy", "NO_PROXY"):
-        monkeypatch.setenv(var, "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def server():
-    s = LoopbackServer()
-    yield s
-    s.close()
-
+from tests.helpers import find_shared_data
 
 # --------------------------------------------------------------------------- a tiny BEIR dataset
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from cselab.objectives import Objective, register
 from cselab.objectives.losses import info_nce
 
