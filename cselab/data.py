@@ -159,7 +159,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
+        json.dump(obj, f, indent=2, sort_keys=False, default=str)
         f.write("\n")
     os.replace(tmp, path)
 

@@ -15,18 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from cselab.config import tracking_uri
+from cselab.data import write_json_atomic
 from cselab.errors import CselabError
 from cselab.tracking import mlflow_run
 
 log = logging.getLogger("cselab")
-
-
-def _write_json(path: str | Path, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    tmp.replace(path)
 
 
 def _run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None):
@@ -76,7 +69,7 @@ def resolve_plm(smk) -> None:
                 "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
                 "num_hidden_layers": getattr(cfg, "num_hidden_layers", None)}
         run.set_tags({"model_path": path})
-        _write_json(smk.output[0], info)
+        write_json_atomic(smk.output[0], info)
 
 
 def train(smk) -> None:
@@ -102,7 +95,7 @@ def train(smk) -> None:
         run.log_metrics({"best_stsb_dev_spearman": result.best_dev, "best_step": result.best_step,
                          "train_seconds": result.train_seconds, "train_sentences_per_s": result.sentences_per_s})
         run.log_artifact(smk.output.curve)
-        _write_json(smk.output.summary, summary)
+        write_json_atomic(smk.output.summary, summary)
         run.log_artifact(smk.output.summary)
 
 
@@ -168,7 +161,7 @@ def _evaluate(smk, compute: Callable[["_Model"], dict], params: dict | None = No
                          **({"avg": result["avg"]} if result.get("avg") is not None else {}),
                          **{k: result[k] for k in ("wall_seconds", "encode_seconds", "encode_sentences_per_s",
                                                     "cache_hits", "cache_misses") if result.get(k) is not None}})
-        _write_json(smk.output[0], result)
+        write_json_atomic(smk.output[0], result)
         run.log_artifact(smk.output[0])
 
 
