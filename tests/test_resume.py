@@ -1,0 +1,196 @@
+"""Resumable training: kill-and-resume is bit-identical, stale or half-written checkpoints are
+ignored, ``stop_at`` keeps the schedule, and the dev metrics come from one encoding pass."""
+
+import csv
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cselab import sts
+from cselab.geometry import align_uniform
+from cselab.train import dev_metrics, train
+from tests.helpers import make_corpus
+from tests.test_train import spec_for
+
+PROBE = ["a man plays a guitar .", "a dog runs .", "the cat sleeps in the kitchen .", "a child rides a horse ."]
+SUBSET = SimpleNamespace(
+    sent1=["a man plays a guitar .", "a dog runs .", "a woman cuts a cake .", "it rains ."],
+    sent2=["a man plays the guitar .", "a cat sleeps .", "a woman is cutting a cake .", "the sun shines ."],
+    gold=np.array([4.8, 1.0, 4.6, 0.2]))
+
+SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from cselab.train import train
+
+spec, corpus, out, hang_at = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+probe = json.loads(sys.argv[5])
+logged = []
+
+def dev(encoder):  # a deterministic function of the weights, the same in every process
+    return 100 * float(encoder.encode(probe, batch_size=4).mean())
+
+def on_log(row):
+    logged.append(row["step"])
+    if row["step"] == hang_at and "loss" in row:
+        print("hanging", flush=True)  # the checkpoint of step hang_at - 1 is on disk: kill me now
+        time.sleep(300)
+
+res = train(spec, corpus, dev, out, on_log=on_log, checkpoint_dir=out / "resume")
+(out / "result.json").write_text(json.dumps({"best_step": res.best_step, "best_dev": res.best_dev,
+                                             "steps": res.steps, "resumed_from": res.resumed_from,
+                                             "logged": logged}))
+"""
+
+
+def probe_dev(encoder):
+    return 100 * float(encoder.encode(PROBE, batch_size=4).mean())
+
+
+def resume_spec(tiny_bert, **training):
+    """10 steps (80 sentences, batch 8), a curve row every step, a checkpoint every 2."""
+    return spec_for(tiny_bert, **{"max_steps": None, "eval_steps": 3, "log_steps": 1, "checkpoint_steps": 2,
+                                  **training})
+
+
+def curve_rows(out: Path) -> list[dict]:
+    """curve.csv without its timing column."""
+    return [{k: v for k, v in r.items() if k != "sentences_per_s"} for r in csv.DictReader((out / "curve.csv").open())]
+
+
+def weights(model_dir: Path) -> dict:
+    state = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(f))
+    state.update({f"head.{k}": v for k, v in torch.load(model_dir / "mlp_head.pt").items()})
+    return state
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys() and wa
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(step: int):
+    def on_log(row):
+        if row["step"] == step and "loss" in row:
+            raise Crash
+    return on_log
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_bert, tmp_path_factory):
+    """The uninterrupted 10-step run the interrupted ones must reproduce."""
+    tmp = tmp_path_factory.mktemp("reference")
+    corpus, out, logged = make_corpus(tmp / "corpus.txt", 80), tmp / "out", []
+    result = train(resume_spec(tiny_bert), corpus, probe_dev, out, on_log=lambda row: logged.append(row["step"]))
+    assert result.steps == 10 and logged[0] == 0
+    assert [r["step"] for r in curve_rows(out) if r["stsb_dev_spearman"]] == ["0", "3", "6", "9", "10"]
+    return SimpleNamespace(corpus=corpus, out=out, result=result)
+
+
+def assert_same_run(out: Path, result, ref) -> None:
+    assert curve_rows(out) == curve_rows(ref.out)
+    assert (result.best_step, result.best_dev, result.steps) == (ref.result.best_step, ref.result.best_dev, 10)
+    assert_same_weights(out / "model", ref.out / "model")
+    assert not (out / "resume").exists()
+
+
+def test_killed_run_resumes_bit_identical(tiny_bert, reference, tmp_path):
+    script, out = tmp_path / "run_train.py", tmp_path / "out"
+    script.write_text(SCRIPT)
+    cmd = [sys.executable, str(script), json.dumps(resume_spec(tiny_bert)), str(reference.corpus), str(out)]
+    with (tmp_path / "stderr.txt").open("w") as err:
+        proc = subprocess.Popen(cmd + ["5", json.dumps(PROBE)], stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "hanging", (tmp_path / "stderr.txt").read_text()
+            assert (out / "resume" / "step-00000004" / "meta.json").is_file()
+        finally:
+            proc.kill()
+            proc.wait()
+    assert not (out / "curve.csv").exists()
+    shutil.rmtree(out / "model")  # Snakemake removes a failed job's outputs before the rerun
+    done = subprocess.run(cmd + ["-1", json.dumps(PROBE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    res = json.loads((out / "result.json").read_text())
+    assert res["resumed_from"] == 4 and min(res["logged"]) == 5  # rows up to the checkpoint: not again
+    assert_same_run(out, SimpleNamespace(**res), reference)
+
+
+def test_changed_spec_starts_over(tiny_bert, reference, tmp_path, caplog):
+    out = tmp_path / "out"
+    with pytest.raises(Crash):
+        train(resume_spec(tiny_bert, lr=2e-3), reference.corpus, probe_dev, out, on_log=crash_at(3),
+              checkpoint_dir=out / "resume")
+    assert (out / "resume" / "step-00000002").is_dir()
+    rows = []
+    with caplog.at_level(logging.WARNING, logger="cselab.train"):
+        res = train(resume_spec(tiny_bert), reference.corpus, probe_dev, out, on_log=rows.append,
+                    checkpoint_dir=out / "resume")
+    assert "discarding checkpoint" in caplog.text
+    assert res.resumed_from == 0 and rows[0]["step"] == 0
+    assert_same_run(out, res, reference)
+
+
+def test_half_written_checkpoint_is_ignored(tiny_bert, reference, tmp_path, caplog):
+    out, resume = tmp_path / "out", tmp_path / "out" / "resume"
+    with pytest.raises(Crash):
+        train(resume_spec(tiny_bert), reference.corpus, probe_dev, out, on_log=crash_at(5), checkpoint_dir=resume)
+    assert sorted(p.name for p in resume.iterdir()) == ["step-00000004"]
+    stray = resume / ".tmp-step-00000006"  # killed while writing the next checkpoint
+    stray.mkdir()
+    (stray / "state.pt").write_bytes(b"\x80\x02 truncated")
+    with caplog.at_level(logging.INFO, logger="cselab.train"):
+        res = train(resume_spec(tiny_bert), reference.corpus, probe_dev, out, checkpoint_dir=resume)
+    assert res.resumed_from == 4 and "from step 4" in caplog.text
+    assert_same_run(out, res, reference)
+
+
+def test_same_seed_same_curve_and_weights_with_dev_metrics(tiny_bert, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    dev = lambda enc: dev_metrics(enc, SUBSET, 8)  # noqa: E731
+    for i in range(2):
+        train(spec_for(tiny_bert, log_steps=1, dropout=0.3), corpus, dev, tmp_path / f"out{i}")
+    assert curve_rows(tmp_path / "out0") == curve_rows(tmp_path / "out1")
+    assert_same_weights(tmp_path / "out0" / "model", tmp_path / "out1" / "model")
+    header = next(csv.reader((tmp_path / "out0" / "curve.csv").open()))
+    assert header[:6] == ["step", "epoch", "loss", "lr", "stsb_dev_spearman", "sentences_per_s"]
+    assert {"alignment", "uniformity"} <= set(header)
+    evals = [r for r in curve_rows(tmp_path / "out0") if r["stsb_dev_spearman"]]
+    assert [r["step"] for r in evals] == ["0", "3", "5"] and all(r["alignment"] and r["uniformity"] for r in evals)
+
+
+def test_stop_at_keeps_the_schedule(tiny_bert, reference, tmp_path):
+    part = train(resume_spec(tiny_bert, stop_at=4), reference.corpus, probe_dev, tmp_path / "part")
+    assert part.steps == 4 and part.best_step <= 4
+    trained = [(r["step"], r["loss"], r["lr"]) for r in part.curve if "loss" in r]
+    assert trained == [(r["step"], r["loss"], r["lr"]) for r in reference.result.curve if "loss" in r][:4]
+    assert trained[-1][2] > 0  # the schedule runs over all 10 steps, not 4
+    assert [r["step"] for r in part.curve if "stsb_dev_spearman" in r] == [0, 3, 4]
+
+
+def test_dev_metrics_encode_once(tiny_encoder, monkeypatch):
+    calls = []
+    encode = tiny_encoder.encode
+    monkeypatch.setattr(tiny_encoder, "encode", lambda s, **kw: calls.append(len(s)) or encode(s, **kw))
+    out = dev_metrics(tiny_encoder, SUBSET, batch_size=4)
+    assert calls == [8]  # the unique sentences, once
+    assert set(out) == {"stsb_dev_spearman", "alignment", "uniformity"}
+    direct = lambda s: encode(s, batch_size=4)  # noqa: E731
+    assert out["stsb_dev_spearman"] == sts.spearman_on_subset(direct, SUBSET)
+    geometry = align_uniform(direct, SUBSET)
+    assert (out["alignment"], out["uniformity"]) == (geometry["alignment"], geometry["uniformity"])
