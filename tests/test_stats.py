@@ -1,0 +1,154 @@
+"""Seed summaries and the paired bootstrap, against scipy on explicit resamples."""
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, rankdata, spearmanr
+
+from cselab.stats import paired_bootstrap, pearson_rows, seed_summary, spearman_counts
+
+
+def test_seed_summary():
+    assert seed_summary([70.0, 72.0, 74.0]) == {"mean": 72.0, "std": 2.0, "n": 3}
+    assert seed_summary([75.5]) == {"mean": 75.5, "std": None, "n": 1}
+    with pytest.raises(ValueError):
+        seed_summary([])
+
+
+def test_pearson_rows_weighted_equals_repeated():
+    rng = np.random.default_rng(0)
+    x, y, w = rng.normal(size=(4, 30)), rng.normal(size=(4, 30)), rng.integers(0, 4, size=(4, 30))
+    got = pearson_rows(x, y, w)
+    for i in range(4):
+        assert got[i] == pytest.approx(pearsonr(np.repeat(x[i], w[i]), np.repeat(y[i], w[i]))[0], abs=1e-12)
+    assert pearson_rows(x, y) == pytest.approx([pearsonr(a, b)[0] for a, b in zip(x, y)], abs=1e-12)
+
+
+def test_spearman_counts_matches_scipy_with_ties():
+    rng = np.random.default_rng(1)
+    n = 200
+    x = np.round(rng.uniform(0, 5, n) * 2) / 2  # gold-like: many ties
+    y = x + rng.normal(0, 1, n)
+    y[:40] = np.round(y[:40])  # some ties in the predictions too
+    idx = rng.integers(0, n, size=(25, n))
+    counts = np.stack([np.bincount(row, minlength=n) for row in idx])
+    got = spearman_counts(y, x, counts)
+    want = [spearmanr(y[row], x[row])[0] for row in idx]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    # the rankdata route the bootstrap replaces
+    naive = pearson_rows(rankdata(y[idx], axis=1), rankdata(x[idx], axis=1))
+    np.testing.assert_allclose(got, naive, atol=1e-12)
+
+
+def _tasks(rng, sizes=(300, 200, 250)):
+    return {f"T{i}": np.round(rng.uniform(0, 5, n) * 5) / 5 for i, n in enumerate(sizes)}
+
+
+def _noisy(gold, rng, noise):
+    return {t: g + rng.normal(0, noise, len(g)) for t, g in gold.items()}
+
+
+def test_identical_predictions_give_zero():
+    rng = np.random.default_rng(2)
+    gold = _tasks(rng)
+    preds = [_noisy(gold, rng, 2.0) for _ in range(2)]
+    res = paired_bootstrap(gold, preds, [dict(p) for p in preds], n_boot=200)
+    assert res["diff"] == 0.0
+    assert res["ci_low"] <= 0.0 <= res["ci_high"]
+    assert not res["significant"] and res["p_value"] == 1.0
+    assert res["n_boot"] == 200 and res["confidence"] == 0.95
+
+
+def test_better_model_is_significant_and_swap_negates():
+    rng = np.random.default_rng(3)
+    gold = _tasks(rng)
+    good = [_noisy(gold, rng, 0.3) for _ in range(3)]
+    rand = [{t: rng.normal(size=len(g)) for t, g in gold.items()} for _ in range(3)]
+    res = paired_bootstrap(gold, good, rand, n_boot=300, seed=5)
+    assert res["diff"] > 50 and res["ci_low"] > 0 and res["significant"]
+    assert res["p_value"] < 0.01
+    assert res["ci_low"] <= res["diff"] <= res["ci_high"]
+    swapped = paired_bootstrap(gold, rand, good, n_boot=300, seed=5)
+    assert swapped["diff"] == pytest.approx(-res["diff"], abs=1e-10)
+    assert swapped["ci_low"] == pytest.approx(-res["ci_high"], abs=1e-10)
+    assert swapped["ci_high"] == pytest.approx(-res["ci_low"], abs=1e-10)
+    assert swapped["significant"] and swapped["p_value"] == res["p_value"]
+
+
+def test_small_difference_not_significant():
+    rng = np.random.default_rng(4)
+    gold = _tasks(rng, (80,))
+    a, b = [_noisy(gold, rng, 1.5)], [_noisy(gold, rng, 1.5)]
+    res = paired_bootstrap(gold, a, b, n_boot=500, average=False)
+    assert 0 < res["p_value"] <= 1
+    assert res["significant"] == (res["ci_low"] > 0 or res["ci_high"] < 0)
+
+
+def test_deterministic_for_a_seed():
+    rng = np.random.default_rng(5)
+    gold = _tasks(rng)
+    a, b = [_noisy(gold, rng, 1.0)], [_noisy(gold, rng, 1.2)]
+    first = paired_bootstrap(gold, a, b, n_boot=100, seed=7)
+    assert paired_bootstrap(gold, a, b, n_boot=100, seed=7) == first
+    assert paired_bootstrap(gold, a, b, n_boot=100, seed=8)["ci_low"] != first["ci_low"]
+
+
+def test_point_estimate_is_mean_over_seeds_and_tasks_with_uneven_seeds():
+    rng = np.random.default_rng(6)
+    gold = _tasks(rng, (120, 90, 60, 150))
+    a = [_noisy(gold, rng, 0.8) for _ in range(3)]
+    b = [_noisy(gold, rng, 1.0) for _ in range(2)]
+    for p in a + b:  # ties in the predictions, like rounded cosines
+        p["T0"] = np.round(p["T0"], 1)
+
+    def score(preds):
+        return np.mean([np.mean([100 * spearmanr(p[t], g)[0] for t, g in gold.items()]) for p in preds])
+
+    res = paired_bootstrap(gold, a, b, n_boot=50)
+    assert res["diff"] == pytest.approx(score(a) - score(b), abs=1e-10)
+    single = {"T2": gold["T2"]}
+    res = paired_bootstrap(single, [{"T2": p["T2"]} for p in a], [{"T2": b[0]["T2"]}], n_boot=50, average=False)
+    assert res["diff"] == pytest.approx(np.mean([100 * spearmanr(p["T2"], gold["T2"])[0] for p in a])
+                                        - 100 * spearmanr(b[0]["T2"], gold["T2"])[0], abs=1e-10)
+    pearson = paired_bootstrap(gold, a, b, n_boot=50, metric="pearson")
+    want = (np.mean([np.mean([100 * pearsonr(p[t], g)[0] for t, g in gold.items()]) for p in a])
+            - np.mean([np.mean([100 * pearsonr(p[t], g)[0] for t, g in gold.items()]) for p in b]))
+    assert pearson["diff"] == pytest.approx(want, abs=1e-10)
+
+
+def test_bootstrap_distribution_matches_explicit_resampling():
+    """Same draws as the implementation (rng.integers per task, in order), scored with spearmanr."""
+    rng = np.random.default_rng(7)
+    gold = _tasks(rng, (60, 40))
+    a, b = [_noisy(gold, rng, 1.0) for _ in range(2)], [_noisy(gold, rng, 1.3)]
+    n_boot = 40
+    res = paired_bootstrap(gold, a, b, n_boot=n_boot, seed=3, confidence=0.9)
+    draw = np.random.default_rng(3)
+    idx = {t: draw.integers(0, len(g), size=(n_boot, len(g))) for t, g in gold.items()}
+
+    def score(preds, r):
+        return np.mean([np.mean([100 * spearmanr(p[t][idx[t][r]], g[idx[t][r]])[0] for t, g in gold.items()])
+                        for p in preds])
+
+    boot = np.array([score(a, r) - score(b, r) for r in range(n_boot)])
+    assert res["ci_low"] == pytest.approx(np.quantile(boot, 0.05), abs=1e-9)
+    assert res["ci_high"] == pytest.approx(np.quantile(boot, 0.95), abs=1e-9)
+
+
+def test_input_errors():
+    rng = np.random.default_rng(8)
+    gold = _tasks(rng, (50, 50))
+    a = [_noisy(gold, rng, 1.0)]
+    with pytest.raises(ValueError, match="tasks"):
+        paired_bootstrap(gold, [{"T0": a[0]["T0"]}], a)
+    with pytest.raises(ValueError, match="shape"):
+        paired_bootstrap(gold, [{"T0": a[0]["T0"][:10], "T1": a[0]["T1"]}], a)
+    with pytest.raises(ValueError, match="single task"):
+        paired_bootstrap(gold, a, a, average=False)
+    with pytest.raises(ValueError, match="no seeds"):
+        paired_bootstrap(gold, [], a)
+    with pytest.raises(ValueError, match="metric"):
+        paired_bootstrap(gold, a, a, metric="kendall")
+    with pytest.raises(ValueError, match="constant"):
+        paired_bootstrap(gold, [{t: np.ones(len(g)) for t, g in gold.items()}], a)
+    with pytest.raises(ValueError, match="gold"):
+        paired_bootstrap({"T0": np.ones(50)}, [{"T0": a[0]["T0"]}], [{"T0": a[0]["T0"]}])
