@@ -12,14 +12,20 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/spans.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
+include: "rules/figures.smk"
 
 
 rule all:
     input:
         expand("results/{table}.csv", table=list(CFG["tables"])),
+        expand("results/{figure}.png", figure=list(CFG.get("figures", {}))),
     default_target: True

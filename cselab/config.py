@@ -107,6 +107,15 @@ def validate(config: dict) -> dict:
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown experiment "
                                   f"{exp!r}; defined under 'experiments': {', '.join(sorted(cfg['experiments']))}")
+    for fname, fig in cfg.get("figures", {}).items():
+        for label, exp in fig["experiments"].items():
+            where = f"figures.{fname}.experiments.{label}"
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"config key '{where}': unknown experiment {exp!r}; defined under "
+                                  f"'experiments': {', '.join(sorted(cfg['experiments']))}")
+            if fig["kind"] in CURVE_FIGURES and cfg["experiments"][exp]["method"] == UNTRAINED:
+                raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
+                                  f"draws training curves")
     _resolve_data_dir(cfg)
     return cfg
 
@@ -211,11 +220,17 @@ def tracking_uri(cfg: dict) -> str:
 TABLE_KINDS = {
     # kind: (result file(s) per experiment, columns, report an average)
     "sts": ("sts.json", None, True),
+    "stsb_dev": ("stsb_dev.json", ["STS-B dev"], False),
     "transfer": ("transfer.json", None, True),
     "beir": ("beir/{dataset}.json", None, True),
     "retrieval": ("stsb_retrieval.json", ["R@1", "R@5", "R@10"], False),
     "geometry": ("geometry.json", ["alignment", "uniformity"], False),
 }
+
+
+# Kinds whose evaluation also writes per-pair predictions, for the paired bootstrap vs SimCSE.
+PAIR_FILES = {"sts": "sts_pairs.npz", "stsb_dev": "stsb_dev_pairs.npz"}
+CURVE_FIGURES = ("alignment_uniformity", "dev_curve")
 
 
 def table_columns(cfg: dict, name: str) -> list[str]:
@@ -236,5 +251,31 @@ def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
     kind = cfg["tables"][name]["kind"]
     pattern = TABLE_KINDS[kind][0]
     files = [pattern.format(dataset=d) for d in cfg["evaluation"]["beir"]["datasets"]] if kind == "beir" else [pattern]
+    files += [PAIR_FILES[kind]] if kind in PAIR_FILES else []
     return {i: [f"results/experiments/{i}/{f}" for f in files]
             for i in experiment_ids(cfg, cfg["tables"][name]["experiments"])}
+
+
+def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
+    """Legend label -> experiment id (the first seed of each trained experiment)."""
+    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name]["experiments"].items()}
+
+
+def figure_inputs(cfg: dict, name: str) -> dict[str, str]:
+    """Label -> what the figure reads: a training curve, or a model (checkpoint dir / PLM json)."""
+    fig = cfg["figures"][name]
+    out = {}
+    for label, exp_id in figure_experiments(cfg, name).items():
+        if fig["kind"] in CURVE_FIGURES:
+            out[label] = f"results/experiments/{exp_id}/curve.csv"
+        elif is_trained(cfg, exp_id):
+            out[label] = f"results/experiments/{exp_id}/model"
+        else:
+            out[label] = f"resources/plms/{experiment_spec(cfg, exp_id)['plm']}.json"
+    return out
+
+
+def corpus_file(spec: dict) -> str:
+    """The training file of an experiment: the corpus, or its subsampled expansion."""
+    strategy = spec["training"].get("subsampling", "none")
+    return "resources/corpus/corpus.txt" if strategy in (None, "none") else f"resources/subsample/{strategy}.txt"

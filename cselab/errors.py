@@ -20,3 +20,7 @@ class DataError(CselabError):
 
 class ModelError(CselabError):
     """A model that cannot be resolved or loaded."""
+
+
+class TrackingError(CselabError):
+    """The MLflow tracking server cannot be reached (names the server and the ways out)."""

@@ -31,7 +31,7 @@ def align_uniform(encode: Callable[[list[str]], np.ndarray], subset, threshold: 
     index = {s: i for i, s in enumerate(unique)}
     emb = torch.from_numpy(np.asarray(encode(unique), dtype=np.float32))
     pos = np.asarray(subset.gold) > threshold
-    a = torch.tensor([index[s] for s, p in zip(subset.sent1, pos) if p])
-    b = torch.tensor([index[s] for s, p in zip(subset.sent2, pos) if p])
+    a = torch.tensor([index[s] for s, p in zip(subset.sent1, pos) if p], dtype=torch.long)
+    b = torch.tensor([index[s] for s, p in zip(subset.sent2, pos) if p], dtype=torch.long)
     return {"alignment": alignment(emb[a], emb[b]), "uniformity": uniformity(emb),
             "n_positive_pairs": int(pos.sum()), "n_sentences": len(unique)}

@@ -204,7 +204,8 @@ def evaluate_sts(encode: Encoder, root: str | Path, tasks: Sequence[str] = STS_T
     subsets concatenated, one Spearman over the concatenation (x100); per-subset Spearman and
     Pearson, their unweighted "mean" and size-weighted "wmean" are kept for the record.
     Returns ``{"tasks": {task: {...}}, "scores": {column: spearman_all}, "avg": mean of the
-    scores, "n_sentences": number of unique sentences encoded}``.
+    scores, "n_sentences": number of unique sentences encoded, "pairs": {column: (gold, pred)}}``;
+    ``pairs`` (numpy arrays in the "all" concatenation order) feed the paired bootstrap.
     """
     tasks = list(tasks)
     if not tasks:
@@ -212,9 +213,10 @@ def evaluate_sts(encode: Encoder, root: str | Path, tasks: Sequence[str] = STS_T
     data = {task: load_task(root, task) for task in tasks}
     emb, index = _encode_unique(
         encode, (s for subs in data.values() for sub in subs for s in (*sub.sent1, *sub.sent2)))
-    out = {}
+    out, pairs = {}, {}
     for task, subs in data.items():
         preds = [_cosines(emb, index, sub) for sub in subs]
+        pairs[COLUMN_NAMES[task]] = (np.concatenate([s.gold for s in subs]), np.concatenate(preds))
         per = {}
         for sub, pred in zip(subs, preds):
             sp, pe = _corr(pred, sub.gold)
@@ -232,11 +234,16 @@ def evaluate_sts(encode: Encoder, root: str | Path, tasks: Sequence[str] = STS_T
         }
     scores = {COLUMN_NAMES[t]: out[t]["spearman_all"] for t in tasks}
     return {"tasks": out, "scores": scores, "avg": float(np.mean(list(scores.values()))),
-            "n_sentences": len(index)}
+            "n_sentences": len(index), "pairs": pairs}
+
+
+def predict_subset(encode: Encoder, subset: Subset) -> np.ndarray:
+    """Cosine similarity of every pair of ``subset`` (unique sentences encoded once)."""
+    emb, index = _encode_unique(encode, [*subset.sent1, *subset.sent2])
+    return _cosines(emb, index, subset)
 
 
 def spearman_on_subset(encode: Encoder, subset: Subset) -> float:
     """Cosine Spearman x100 on one subset (the STS-B dev metric), encoding its unique
     sentences once."""
-    emb, index = _encode_unique(encode, [*subset.sent1, *subset.sent2])
-    return _corr(_cosines(emb, index, subset), subset.gold)[0]
+    return _corr(predict_subset(encode, subset), subset.gold)[0]

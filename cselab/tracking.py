@@ -4,6 +4,13 @@ The store is ``sqlite:///results/mlflow.db`` by default (artifacts under
 ``results/mlartifacts``); ``MLFLOW_TRACKING_URI`` points the workflow at any tracking server.
 Each run is tagged with the rule, the experiment id, the git commit and library versions, so a
 number can always be traced back to the code and settings that produced it.
+
+A remote (http/https) server is checked at the start of every run, before the job's work:
+when it does not answer, the job fails at once with a :class:`TrackingError` naming the server
+and the ways out, or, with ``mlflow.fallback: local`` in the config, logs to the local store
+instead and tags the run ``cselab.tracking_fallback=<server>`` so it can be found and merged
+later. A server that stops answering in the middle of a run fails the job with the same kind
+of message; result files of jobs that already finished are never touched.
 """
 
 from __future__ import annotations
@@ -12,13 +19,24 @@ import contextlib
 import fcntl
 import json
 import logging
+import os
 import platform
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from cselab.errors import TrackingError
+
 log = logging.getLogger(__name__)
+
+LOCAL_STORE = "sqlite:///results/mlflow.db"
+FALLBACK_TAG = "cselab.tracking_fallback"
+FALLBACKS = ("none", "local")
+# The reachability check: seconds per attempt, retries after the first attempt.
+CHECK_TIMEOUT = 5.0
+CHECK_RETRIES = 2
 
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy", "mlflow", "snakemake", "sentence-transformers")
 
@@ -82,23 +100,120 @@ def _store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def init_store(uri: str, experiment_name: str) -> str:
-    """Create (or find) the MLflow experiment; returns its id. Safe to call from many jobs."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
+def is_remote(uri: str) -> bool:
+    return uri.lower().startswith(("http://", "https://"))
 
-    mlflow.set_tracking_uri(uri)
+
+def _reason(exc: BaseException) -> str:
+    """The root cause of a failed request in a few words ("Connection refused", "timed out")."""
+    seen, deepest = set(), exc
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        deepest = exc
+        exc = exc.__cause__ or exc.__context__
+    text = getattr(deepest, "strerror", None) or str(deepest) or type(deepest).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def probe(uri: str, timeout: float | None = None, retries: int | None = None) -> str | None:
+    """Why the tracking server at ``uri`` does not answer ``GET /health``; ``None`` when it does.
+
+    Any HTTP answer below 500 counts as an answer (an auth error or a proxy without
+    ``/health`` is reported by MLflow itself later); a refused or timed-out connection, an
+    unknown host or a 5xx (a proxy whose server is down) does not. Uses MLflow's own HTTP
+    client, so ``MLFLOW_TRACKING_INSECURE_TLS``, certificates and credentials apply.
+    """
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    timeout = CHECK_TIMEOUT if timeout is None else timeout
+    retries = CHECK_RETRIES if retries is None else retries
+    pool_log = logging.getLogger("urllib3.connectionpool")  # one "Retrying ..." warning per retry
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        resp = http_request(get_default_host_creds(uri), "/health", "GET", max_retries=retries,
+                            backoff_factor=0.5, backoff_jitter=0.1, timeout=timeout, raise_on_status=False)
+    except Exception as e:  # noqa: BLE001 - any failure to get an answer means "not reachable"
+        return _reason(e)
+    finally:
+        pool_log.setLevel(level)
+    return f"GET /health answered HTTP {resp.status_code}" if resp.status_code >= 500 else None
+
+
+def check_server(uri: str, timeout: float | None = None, retries: int | None = None) -> None:
+    """Raise :class:`TrackingError` with the clear message unless :func:`probe` gets an answer."""
+    reason = probe(uri, timeout, retries)
+    if reason:
+        raise TrackingError(_unreachable(uri, reason))
+
+
+def _unreachable(uri: str, reason: str, during: str | None = None, from_env: bool | None = None) -> str:
+    if from_env is None:
+        from_env = os.environ.get("MLFLOW_TRACKING_URI") == uri
+    local = ("unset MLFLOW_TRACKING_URI to use the local store" if from_env
+             else "set mlflow.tracking_uri to the local store")
+    what = (f"MLflow tracking server {uri} stopped answering during {during} ({reason}), so the job failed "
+            f"with its run incomplete; rerun it once the server is back, " if during
+            else f"MLflow tracking server {uri} is not reachable ({reason}); start it, ")
+    return f"{what}{local} {LOCAL_STORE}, or set mlflow.fallback: local in the config"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run is logged: ``uri``; ``fallback_from`` is the unreachable server it replaces."""
+
+    uri: str
+    fallback_from: str | None = None
+
+
+def resolve(uri: str, fallback: str = "none") -> Target:
+    """The one place that decides where runs go: ``uri`` if it answers (or is not remote),
+    else the local store when ``fallback`` is ``"local"``, else a :class:`TrackingError`."""
+    if fallback not in FALLBACKS:
+        raise TrackingError(f"config key 'mlflow.fallback': {fallback!r} is not one of {list(FALLBACKS)}")
+    reason = probe(uri) if is_remote(uri) else None
+    if not reason:
+        return Target(uri)
+    if fallback != "local":
+        raise TrackingError(_unreachable(uri, reason))
+    log.warning("MLflow tracking server %s is not reachable (%s); mlflow.fallback is 'local': logging to %s "
+                "instead, runs tagged %s=%s", uri, reason, LOCAL_STORE, FALLBACK_TAG, uri)
+    return Target(LOCAL_STORE, fallback_from=uri)
+
+
+def resolve_tracking(cfg: dict) -> Target:
+    """:func:`resolve` for a validated config (``MLFLOW_TRACKING_URI`` wins over the config)."""
+    from cselab.config import tracking_uri
+
+    return resolve(tracking_uri(cfg), cfg["mlflow"].get("fallback", "none"))
+
+
+def resolve_tracking_uri(cfg: dict) -> str:
+    return resolve_tracking(cfg).uri
+
+
+def init_store(uri: str, experiment_name: str) -> str:
+    """Create (or find) the MLflow experiment; returns its id. Safe to call from many jobs.
+
+    Uses a client for ``uri`` rather than ``mlflow.set_tracking_uri``, which would also export
+    ``MLFLOW_TRACKING_URI`` to every job Snakemake starts after ``onstart``.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
     with _store_lock(uri):
-        exp = mlflow.get_experiment_by_name(experiment_name)
+        exp = client.get_experiment_by_name(experiment_name)
         if exp is not None:
             return exp.experiment_id
         location = None
         if uri.startswith("sqlite:///"):
             location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
         try:
-            return mlflow.create_experiment(experiment_name, artifact_location=location)
+            return client.create_experiment(experiment_name, artifact_location=location)
         except MlflowException:  # created meanwhile by another process
-            return mlflow.get_experiment_by_name(experiment_name).experiment_id
+            return client.get_experiment_by_name(experiment_name).experiment_id
 
 
 class Run:
@@ -111,7 +226,8 @@ class Run:
     def log_params(self, params: dict) -> None:
         import mlflow
 
-        flat = {k: (json.dumps(v) if isinstance(v, (list, tuple)) else v) for k, v in flatten(params).items()}
+        flat = {metric_name(k): (json.dumps(v) if isinstance(v, (list, tuple)) else v)
+                for k, v in flatten(params).items()}
         items = list(flat.items())
         for i in range(0, len(items), 100):
             mlflow.log_params(dict(items[i:i + 100]))
@@ -138,16 +254,37 @@ class Run:
 
 @contextlib.contextmanager
 def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str | None = None,
-               params: dict | None = None, tags: dict | None = None, label: str | None = None) -> Iterator[Run]:
-    """Open one MLflow run for a rule job, tagged for traceability; failed jobs end FAILED."""
-    import mlflow
+               params: dict | None = None, tags: dict | None = None, label: str | None = None,
+               fallback: str = "none") -> Iterator[Run]:
+    """Open one MLflow run for a rule job, tagged for traceability; failed jobs end FAILED.
 
-    exp = init_store(uri, experiment_name)
+    ``uri`` is checked first (see :func:`resolve`), so an unreachable server fails the job
+    before its work; a server that stops answering later fails it with a :class:`TrackingError`.
+    """
+    import mlflow
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    from_env = os.environ.get("MLFLOW_TRACKING_URI") == uri
+    target = resolve(uri, fallback)
+    exp = init_store(target.uri, experiment_name)
+    mlflow.set_tracking_uri(target.uri)
     all_tags = {"rule": rule, "experiment_id": experiment_id or "", "git_commit": git_commit(),
                 **{f"version.{k}": v for k, v in versions().items()}, **(tags or {})}
+    if target.fallback_from:
+        all_tags[FALLBACK_TAG] = target.fallback_from
     run_name = f"{rule}:{experiment_id or label}" if (experiment_id or label) else rule
-    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags={k: str(v) for k, v in all_tags.items()}) as run:
-        handle = Run(run)
-        if params:
-            handle.log_params(params)
-        yield handle
+    try:
+        with mlflow.start_run(experiment_id=exp, run_name=run_name,
+                              tags={k: str(v) for k, v in all_tags.items()}) as run:
+            handle = Run(run)
+            if params:
+                handle.log_params(params)
+            yield handle
+    except (MlflowException, requests.RequestException) as e:
+        if not is_remote(target.uri):
+            raise
+        if probe(target.uri, retries=0):
+            raise TrackingError(_unreachable(target.uri, _reason(e), during=f"rule {rule}",
+                                             from_env=from_env)) from e
+        raise

@@ -23,9 +23,11 @@ log = logging.getLogger("cselab")
 
 
 def _run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None):
-    return mlflow_run(uri=tracking_uri(smk.config), experiment_name=smk.config["mlflow"]["experiment_name"],
-                      rule=smk.rule, experiment_id=experiment_id, params=params, label=label,
-                      tags={"snakemake.jobid": getattr(smk, "jobid", "")})
+    """The job's MLflow run; it checks a remote tracking server first (``mlflow.fallback``)."""
+    mlcfg = smk.config["mlflow"]
+    return mlflow_run(uri=tracking_uri(smk.config), fallback=mlcfg.get("fallback", "none"),
+                      experiment_name=mlcfg["experiment_name"], rule=smk.rule, experiment_id=experiment_id,
+                      params=params, label=label, tags={"snakemake.jobid": getattr(smk, "jobid", "")})
 
 
 def _senteval_root(manifest: str) -> Path:
@@ -74,6 +76,7 @@ def resolve_plm(smk) -> None:
 
 def train(smk) -> None:
     from cselab import sts
+    from cselab.train import dev_metrics
     from cselab.train import train as train_loop
 
     spec = smk.params.spec
@@ -81,13 +84,14 @@ def train(smk) -> None:
     dev = sts.stsb_dev(_senteval_root(smk.input.senteval))
     dev_batch = spec["training"].get("dev_batch_size", 128)
     with _run(smk, experiment_id=spec["id"], params=spec) as run:
-        def dev_score(encoder) -> float:
-            return sts.spearman_on_subset(lambda s: encoder.encode(s, batch_size=dev_batch), dev)
+        def dev_score(encoder) -> dict:
+            return dev_metrics(encoder, dev, dev_batch)
 
         def on_log(row: dict) -> None:
             run.log_metrics({k: v for k, v in row.items() if k not in ("step", "epoch")}, step=row["step"])
 
-        result = train_loop(spec, Path(smk.input.corpus), dev_score, out_dir, on_log=on_log)
+        result = train_loop(spec, Path(smk.input.corpus), dev_score, out_dir, on_log=on_log,
+                            checkpoint_dir=out_dir / "resume")
         summary = {"experiment": spec["id"], "best_step": result.best_step, "stsb_dev_spearman": result.best_dev,
                    "steps": result.steps, "train_seconds": result.train_seconds,
                    "sentences_per_s": result.sentences_per_s, "model_dir": str(smk.output.model),
@@ -165,11 +169,55 @@ def _evaluate(smk, compute: Callable[["_Model"], dict], params: dict | None = No
         run.log_artifact(smk.output[0])
 
 
+def _save_pairs(path: str, pairs: dict) -> None:
+    """Per-pair gold and predictions (``<column>.gold`` / ``<column>.pred``) for the bootstrap."""
+    import numpy as np
+
+    arrays = {f"{col}.{k}": np.asarray(v) for col, (gold, pred) in pairs.items()
+              for k, v in (("gold", gold), ("pred", pred))}
+    tmp = Path(path).with_suffix(".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(path)
+
+
+def load_pairs(path: str | Path) -> dict[str, tuple]:
+    import numpy as np
+
+    with np.load(path) as z:
+        cols = dict.fromkeys(k.rsplit(".", 1)[0] for k in z.files)
+        return {c: (z[f"{c}.gold"], z[f"{c}.pred"]) for c in cols}
+
+
 def evaluate_sts(smk) -> None:
     from cselab import sts
 
     root = _senteval_root(smk.input.senteval)
-    _evaluate(smk, lambda m: sts.evaluate_sts(m.encode_fn("sts"), root))
+
+    def compute(m: _Model) -> dict:
+        res = sts.evaluate_sts(m.encode_fn("sts"), root)
+        _save_pairs(smk.output.pairs, res.pop("pairs"))
+        return res
+
+    _evaluate(smk, compute)
+
+
+def evaluate_stsb_dev(smk) -> None:
+    """The best checkpoint on STS-B dev (CompCSE Tables 2-6), with per-pair predictions."""
+    import numpy as np
+
+    from cselab import sts
+
+    root = _senteval_root(smk.input.senteval)
+
+    def compute(m: _Model) -> dict:
+        subset = sts.stsb_dev(root)
+        pred = sts.predict_subset(m.encode_fn("stsb-dev"), subset)
+        gold = np.asarray(subset.gold, dtype=np.float64)
+        spearman, pearson = sts._corr(pred, gold)
+        _save_pairs(smk.output.pairs, {"STS-B dev": (gold, pred)})
+        return {"scores": {"STS-B dev": spearman}, "pearson": pearson, "n_pairs": len(gold)}
+
+    _evaluate(smk, compute)
 
 
 def evaluate_transfer(smk) -> None:
@@ -246,14 +294,23 @@ def table(smk) -> None:
               label=spec["name"]) as run:
         rows = []
         for row in smk.params.rows:
-            scores = {}
+            scores, pairs = {}, None
             for path in row["files"]:
-                scores.update(json.loads(Path(path).read_text())["scores"])
-            rows.append({**row, "scores": scores})
+                if path.endswith(".npz"):
+                    pairs = load_pairs(path)
+                else:
+                    scores.update(json.loads(Path(path).read_text())["scores"])
+            rows.append({**row, "scores": scores, "pairs": pairs})
         average = spec["kind"] in ("sts", "transfer", "beir")
         digits = {"geometry": 3, "beir": 4}.get(spec["kind"], 2)
         df = tables.score_table(rows, columns, [tuple(s) for s in spec.get("sources", [])],
                                 average=average, digits=digits)
+        if any(r["pairs"] is not None for r in rows):
+            df = tables.add_comparisons(df, rows, columns, average=average, **smk.params.bootstrap)
+            for _, r in df[df["baseline"].notna()].iterrows():
+                run.log_metrics({f"{r['experiment']}.diff_vs_baseline": r["diff"],
+                                 f"{r['experiment']}.diff_ci_low": r["diff_ci_low"],
+                                 f"{r['experiment']}.diff_ci_high": r["diff_ci_high"]})
         tables.write(df, columns, smk.output.csv, smk.output.md, spec.get("title", spec["name"]), digits)
         if average:
             for _, r in df.iterrows():
@@ -262,9 +319,72 @@ def table(smk) -> None:
         run.log_artifact(smk.output.md)
 
 
+def segment_corpus(smk) -> None:
+    from cselab.spans import segment_corpus as segment
+
+    settings = smk.params.settings
+    with _run(smk, params={"spans": settings}, label="corpus") as run:
+        stats = segment(Path(smk.input.corpus), Path(smk.output.spans), settings, stats_path=Path(smk.output.stats))
+        hist = stats.get("units_per_sentence", {})
+        run.log_metrics({"sentences": stats["n_sentences"], "sentences_per_s": stats["sentences_per_s"],
+                         "mean_units": stats["mean_units"], **{f"units_hist.{k}": v for k, v in hist.items()}})
+        run.log_artifact(smk.output.stats)
+
+
+def subsample(smk) -> None:
+    from cselab.subsample import expand_corpus
+
+    strategy = smk.wildcards.strategy
+    with _run(smk, params={"strategy": strategy, "min_words": smk.params.min_words}, label=strategy) as run:
+        stats = expand_corpus(Path(smk.input.spans), strategy, Path(smk.output.corpus),
+                              min_words=smk.params.min_words)
+        write_json_atomic(smk.output.stats, stats)
+        run.log_metrics({k: v for k, v in stats.items() if isinstance(v, (int, float))})
+        run.log_artifact(smk.output.stats)
+
+
+def figure(smk) -> None:
+    """CompCSE Figures 2-5 (config ``figures``): PNG plus the CSV it was drawn from."""
+    import pandas as pd
+
+    from cselab import figures
+
+    fig, entries = smk.params.figure, smk.params.labels
+    kind = fig["kind"]
+    with _run(smk, params={"figure": fig}, label=fig["name"]) as run:
+        out = {"out_png": smk.output.png, "out_csv": smk.output.csv, "title": fig.get("title")}
+        if kind in ("alignment_uniformity", "dev_curve"):
+            curves = {label: pd.read_csv(smk.input[key]) for label, _, key in entries}
+            draw = figures.figure_alignment_uniformity if kind == "alignment_uniformity" else figures.figure_dev_curve
+            draw(curves, max_step=fig.get("max_step", 500 if kind == "alignment_uniformity" else 1000), **out)
+        else:
+            from cselab import sts
+            from cselab.encoder import load_encoder
+            from cselab.models import resolve_model
+
+            settings = smk.params.settings
+            encoders = {}
+            for label, _, key in entries:
+                path = Path(smk.input[key])
+                model_dir = resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
+                enc = load_encoder(model_dir, pooler=settings["pooler"], mlp_head=False)
+                encoders[label] = (lambda e: lambda s: e.encode(s, batch_size=settings["batch_size"],
+                                                                 max_len=settings["max_len"]))(enc)
+            if kind == "similarity_heatmap":
+                figures.figure_similarity_heatmap(encoders, sentences=fig.get("sentences"), **out)
+            else:
+                dev = sts.stsb_dev(_senteval_root(smk.input.senteval))
+                sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))
+                embeddings = {label: encode(sentences) for label, encode in encoders.items()}
+                figures.figure_umap(embeddings, sentences, seed=fig.get("seed", 42), **out)
+        run.log_artifact(smk.output.png)
+        run.log_artifact(smk.output.csv)
+
+
 JOBS: dict[str, Callable] = {f.__name__: f for f in (
-    prepare_corpus, prepare_senteval, resolve_plm, prepare_beir, prepare_stsb_retrieval, train,
-    evaluate_sts, evaluate_transfer, evaluate_retrieval, evaluate_geometry, table)}
+    prepare_corpus, prepare_senteval, resolve_plm, prepare_beir, prepare_stsb_retrieval, segment_corpus,
+    subsample, train, evaluate_sts, evaluate_stsb_dev, evaluate_transfer, evaluate_retrieval, evaluate_geometry,
+    table, figure)}
 
 
 def main(smk, job: str) -> None:
@@ -277,12 +397,18 @@ def main(smk, job: str) -> None:
                         handlers=handlers, force=True)
     for noisy in ("alembic", "mlflow", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    import torch
+    try:  # rules in the spans environment run without torch
+        import torch
 
-    torch.set_num_threads(max(1, int(smk.threads)))
+        torch.set_num_threads(max(1, int(smk.threads)))
+    except ImportError:
+        pass
     try:
         JOBS[job](smk)
     except CselabError as e:
         log.error("%s", e)
         print(f"\ncselab error in rule {smk.rule}: {e}\n", file=sys.stderr)
         sys.exit(1)
+    except BaseException:
+        log.exception("rule %s failed", smk.rule)  # the traceback in the job's log file too
+        raise

@@ -16,6 +16,7 @@ except CselabError as e:
 
 
 SENTEVAL_TASKS = cselab_config.senteval_tasks(CFG)
+SPANS = CFG.get("spans", {})
 ENCODER = {**cselab_config.encoder_settings(CFG), "cache": CFG["evaluation"].get("cache", True)}
 
 
@@ -24,6 +25,8 @@ wildcard_constraints:
     plm="[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset="[A-Za-z0-9][A-Za-z0-9._-]*",
     table="|".join(CFG["tables"]),
+    figure="|".join(CFG.get("figures", {})) or "no-figures",
+    strategy="adjacent|overlapping|subsuming",
 
 
 def experiment_spec(exp):
@@ -56,13 +59,38 @@ def model_input(wildcards):
 
 
 def table_rows(table):
-    """What the table rule needs to know about each experiment id (a rerun trigger too)."""
-    keep = ("name", "plm", "model", "method", "objective", "options", "seed")
-    return [{**{k: experiment_spec(i)[k] for k in keep}, "id": i, "files": files}
-            for i, files in table_inputs(table).items()]
+    """What the table rule needs to know about each experiment id (a rerun trigger too).
+
+    ``options`` carries ``subsampling`` too: published settings are matched on it.
+    """
+    keep = ("name", "plm", "model", "method", "objective", "seed")
+    rows = []
+    for i, files in table_inputs(table).items():
+        spec = experiment_spec(i)
+        options = {**spec["options"], "subsampling": spec["training"].get("subsampling", "none")} if spec["seed"] is not None else {}
+        rows.append({**{k: spec[k] for k in keep}, "options": options, "id": i, "files": files})
+    return rows
+
+
+def training_corpus(wildcards):
+    return cselab_config.corpus_file(experiment_spec(wildcards.exp))
+
+
+def figure_experiments(figure):
+    """[(label, experiment id, input key)] in legend order."""
+    ids = cselab_config.figure_experiments(CFG, figure)
+    return [(label, exp_id, f"exp{n}") for n, (label, exp_id) in enumerate(ids.items())]
+
+
+def figure_inputs(figure):
+    paths = cselab_config.figure_inputs(CFG, figure)
+    return {f"exp{n}": path for n, path in enumerate(paths.values())}
 
 
 onstart:
-    from cselab.tracking import init_store
+    from cselab.tracking import init_store, resolve_tracking_uri
 
-    init_store(cselab_config.tracking_uri(CFG), CFG["mlflow"]["experiment_name"])
+    try:  # an unreachable tracking server stops the workflow here, before any job
+        init_store(resolve_tracking_uri(CFG), CFG["mlflow"]["experiment_name"])
+    except CselabError as e:
+        raise WorkflowError(str(e))

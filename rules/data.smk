@@ -17,7 +17,7 @@ rule prepare_corpus:
         mem_mb=4000,
         runtime=60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/data.yaml"
     script:
         "../workflow_scripts/prepare_corpus.py"
 
@@ -38,7 +38,7 @@ rule prepare_senteval:
         mem_mb=2000,
         runtime=60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/data.yaml"
     script:
         "../workflow_scripts/prepare_senteval.py"
 
@@ -56,7 +56,7 @@ rule resolve_plm:
         mem_mb=4000,
         runtime=60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/data.yaml"
     script:
         "../workflow_scripts/resolve_plm.py"
 
@@ -77,7 +77,7 @@ rule prepare_beir:
         mem_mb=8000,
         runtime=120,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/data.yaml"
     script:
         "../workflow_scripts/prepare_beir.py"
 
@@ -97,6 +97,6 @@ rule prepare_stsb_retrieval:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/data.yaml"
     script:
         "../workflow_scripts/prepare_stsb_retrieval.py"

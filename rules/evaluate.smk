@@ -8,6 +8,7 @@ rule evaluate_sts:
         senteval=rules.prepare_senteval.output.manifest,
     output:
         "results/experiments/{exp}/sts.json",
+        pairs="results/experiments/{exp}/sts_pairs.npz",
     params:
         settings=ENCODER,
         experiment="{exp}",
@@ -20,7 +21,7 @@ rule evaluate_sts:
         mem_mb=16000,
         runtime=60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/evaluate.yaml"
     script:
         "../workflow_scripts/evaluate_sts.py"
 
@@ -44,7 +45,7 @@ rule evaluate_transfer:
         mem_mb=16000,
         runtime=120,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/evaluate.yaml"
     script:
         "../workflow_scripts/evaluate_transfer.py"
 
@@ -69,7 +70,7 @@ rule evaluate_beir:
         mem_mb=32000,
         runtime=12 * 60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/evaluate.yaml"
     script:
         "../workflow_scripts/evaluate_retrieval.py"
 
@@ -94,7 +95,7 @@ rule evaluate_stsb_retrieval:
         mem_mb=8000,
         runtime=60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/evaluate.yaml"
     script:
         "../workflow_scripts/evaluate_retrieval.py"
 
@@ -118,6 +119,30 @@ rule evaluate_geometry:
         mem_mb=8000,
         runtime=60,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/evaluate.yaml"
     script:
         "../workflow_scripts/evaluate_geometry.py"
+
+
+rule evaluate_stsb_dev:
+    input:
+        model=model_input,
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        "results/experiments/{exp}/stsb_dev.json",
+        pairs="results/experiments/{exp}/stsb_dev_pairs.npz",
+    params:
+        settings=ENCODER,
+        experiment="{exp}",
+    log:
+        "logs/evaluate_stsb_dev/{exp}.log",
+    benchmark:
+        "benchmarks/evaluate_stsb_dev/{exp}.tsv"
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=30,
+    conda:
+        "../envs/evaluate.yaml"
+    script:
+        "../workflow_scripts/evaluate_stsb_dev.py"

@@ -6,12 +6,13 @@ rule table:
     input:
         results=lambda wc: [f for files in table_inputs(wc.table).values() for f in files],
     output:
-        csv="results/{table}.csv",
-        md="results/{table}.md",
+        csv=report("results/{table}.csv", caption="../report/table.rst", category="Tables"),
+        md=report("results/{table}.md", caption="../report/table.rst", category="Tables"),
     params:
         table=lambda wc: {"name": wc.table, **CFG["tables"][wc.table]},
         columns=lambda wc: cselab_config.table_columns(CFG, wc.table),
         rows=lambda wc: table_rows(wc.table),
+        bootstrap=CFG["evaluation"].get("bootstrap", {}),
     log:
         "logs/tables/{table}.log",
     benchmark:
@@ -20,6 +21,6 @@ rule table:
         mem_mb=2000,
         runtime=10,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/report.yaml"
     script:
         "../workflow_scripts/table.py"

@@ -4,7 +4,7 @@
 
 rule train:
     input:
-        corpus=rules.prepare_corpus.output.corpus,
+        corpus=training_corpus,
         senteval=rules.prepare_senteval.output.manifest,
         plm=lambda wc: f"resources/plms/{experiment_spec(wc.exp)['plm']}.json",
     output:
@@ -23,6 +23,6 @@ rule train:
         runtime=24 * 60,
         gpu=1,
     conda:
-        "../envs/cselab.yaml"
+        "../envs/train.yaml"
     script:
         "../workflow_scripts/train.py"

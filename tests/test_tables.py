@@ -12,13 +12,31 @@ def row(name, method, objective, options, seed, base, model="bert-base-uncased")
             "options": options, "seed": seed, "scores": {c: base + i for i, c in enumerate(STS_COLUMNS)}}
 
 
+COMP = {"partitions": 2, "aggregation": "avg", "compose": "z+", "d0": None, "subsampling": "none"}
+
+
 def test_lookup_matches_only_the_same_setting():
-    entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {"aggregation": "avg", "partitions": 2})
+    entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {**COMP, "d0": 256})
     assert entry["scores"]["Avg"] == 78.18 and "w/ comp." in note
-    entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {"aggregation": "sum", "partitions": 2})
+    entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {**COMP, "d0": 256, "aggregation": "sum"})
     assert entry is None and "not comparable" in note
-    entry, note = lookup("compcse", "table1", "bert-large-uncased", "compcse", {"aggregation": "avg", "partitions": 2})
+    entry, note = lookup("compcse", "table1", "bert-large-uncased", "compcse", COMP)
     assert entry is None and "subsuming" in note
+    entry, _ = lookup("compcse", "table1", "bert-large-uncased", "compcse", {**COMP, "subsampling": "subsuming"})
+    assert entry["scores"]["Avg"] == 79.67
+
+
+@pytest.mark.parametrize("table,options,value", [
+    ("table2", {**COMP, "subsampling": "overlapping"}, 83.18),
+    ("table3", {**COMP, "aggregation": "concat_project"}, 69.24),
+    ("table4", {**COMP, "compose": "both"}, 83.81),
+    ("table5", {**COMP, "partitions": 3}, 83.48),
+    ("table6", {**COMP, "d0": 192}, 83.88),
+    ("table6", COMP, 83.97),
+])
+def test_ablation_tables_published_dev_numbers(table, options, value):
+    entry, _ = lookup("compcse", table, "bert-base-uncased", "compcse", options)
+    assert entry["scores"]["STS-B dev"] == value
     assert lookup("compcse", "table1", "all-MiniLM-L6-v2", "simcse", {}) == (None, "")
 
 
@@ -36,4 +54,4 @@ def test_sts_table_mean_std_and_gap():
     assert pd.isna(df.iloc[0]["Avg_paper"])
     md = to_markdown(df, STS_COLUMNS, "T1")
     assert "[compcse table1]" in simcse["note"]
-    assert "| 71.00 (68.40) |" in md and "74.00 ± 1.41 (76.25)" in md
+    assert "| 71.00 ± 1.41 (68.40) |" in md and "74.00 ± 1.41 (76.25)" in md

@@ -1,0 +1,27 @@
+# Figures: each declares its kind and the experiments it draws (config `figures`); one rule
+# serves all of them. Curve figures read training curves, the others load the checkpoints.
+
+
+rule figure:
+    input:
+        unpack(lambda wc: figure_inputs(wc.figure)),
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        png=report("results/{figure}.png", caption="../report/figure.rst", category="Figures"),
+        csv=report("results/{figure}.csv", caption="../report/figure.rst", category="Figures"),
+    params:
+        figure=lambda wc: {"name": wc.figure, **CFG["figures"][wc.figure]},
+        labels=lambda wc: figure_experiments(wc.figure),
+        settings=ENCODER,
+    log:
+        "logs/figures/{figure}.log",
+    benchmark:
+        "benchmarks/figures/{figure}.tsv"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../workflow_scripts/figure.py"

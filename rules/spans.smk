@@ -1,0 +1,45 @@
+# CompCSE subsampling: clause-level units of every training sentence (one cached rule), then
+# one expanded training file per strategy. Only experiments with training.subsampling read them.
+
+
+rule segment_corpus:
+    input:
+        corpus=rules.prepare_corpus.output.corpus,
+    output:
+        spans="resources/spans/spans.jsonl",
+        stats="resources/spans/stats.json",
+    params:
+        settings=SPANS,
+    log:
+        "logs/segment_corpus.log",
+    benchmark:
+        "benchmarks/segment_corpus.tsv"
+    threads: SPANS.get("n_process", 1)
+    resources:
+        mem_mb=8000,
+        runtime=12 * 60,
+    conda:
+        "../envs/spans.yaml"
+    script:
+        "../workflow_scripts/segment_corpus.py"
+
+
+rule subsample:
+    input:
+        spans=rules.segment_corpus.output.spans,
+    output:
+        corpus="resources/subsample/{strategy}.txt",
+        stats="resources/subsample/{strategy}.json",
+    params:
+        min_words=SPANS.get("min_words", 1),
+    log:
+        "logs/subsample/{strategy}.log",
+    benchmark:
+        "benchmarks/subsample/{strategy}.tsv"
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../envs/spans.yaml"
+    script:
+        "../workflow_scripts/subsample.py"
