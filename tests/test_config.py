@@ -32,8 +32,9 @@ def smoke(default):
 
 def test_shipped_configs_are_valid(default, smoke):
     cfg = cc.validate(default)
-    assert cc.experiment_ids(cfg, cfg["tables"]["table1"]["experiments"])[:3] == [
-        "untrained-bert-base", "simcse-bert-base-s42", "compcse-bert-base-s42"]
+    assert cc.experiment_ids(cfg, cfg["tables"]["table1"]["experiments"])[:5] == [
+        "untrained-bert-base", "simcse-bert-base-s42", "simcse-bert-base-s43", "simcse-bert-base-s44",
+        "compcse-bert-base-s42"]
     cfg = cc.validate(smoke)
     assert cc.experiment_ids(cfg, cfg["tables"]["table1"]["experiments"]) == [
         "untrained-minilm", "simcse-minilm-s42", "compcse-minilm-s42"]

@@ -41,6 +41,7 @@ def write_config(workdir: Path, **patch) -> None:
                  "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False},
                  "beir": {"path": str(workdir / "data" / "beir")}},
         "mlflow": {"experiment_name": "cselab-test"},
+        "seeds": [42],
         "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4, "log_steps": 2},
         "evaluation": {"batch_size": 64, "transfer": {"mode": "fast"},
