@@ -154,6 +154,10 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
                                     "eval_steps": 4, "log_steps": 2})
     out = snakemake(workdir, "-n", "results/table1.csv").stdout
     assert "train" in out and "resolve_plm" not in out and "prepare_corpus" not in out
+    # One experiment's training setting retrains that experiment only.
+    write_config(workdir, experiments={"compcse-tiny": {"plm": "tiny", "method": "compcse", "training": {"lr": 3e-4}}})
+    out = snakemake(workdir, "-n", "results/table1.csv").stdout
+    assert "exp=compcse-tiny-s42" in out and "exp=simcse-tiny-s42" not in out
     write_config(workdir)
 
 
