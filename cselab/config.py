@@ -183,12 +183,25 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
                       f"{', '.join(sorted(cfg['experiments']))}")
 
 
+# Training settings that do not change the result: not part of the spec (a Snakemake rerun
+# trigger), so switching checkpoints on for a cluster run retrains nothing.
+OPERATIONAL = ("checkpoint_steps",)
+
+
 def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
     """Everything that determines an experiment's training run (and nothing about evaluation)."""
     name, seed = parse_id(cfg, exp_id)
     spec = _merge_experiment(cfg, name)
     spec.update(id=exp_id, seed=seed)
+    for key in OPERATIONAL:
+        spec["training"].pop(key, None)
     return spec
+
+
+def operational_settings(cfg: dict, exp_id: str) -> dict[str, Any]:
+    """The experiment's settings that change how it runs, not what it computes."""
+    training = _merge_experiment(cfg, parse_id(cfg, exp_id)[0])["training"]
+    return {k: training[k] for k in OPERATIONAL if k in training}
 
 
 def is_trained(cfg: dict, exp_id: str) -> bool:

@@ -79,23 +79,27 @@ def train(smk) -> None:
     from cselab.train import dev_metrics
     from cselab.train import train as train_loop
 
+    from cselab.config import operational_settings, validate
+
     spec = smk.params.spec
+    # checkpoint_steps is read here, not from params: changing it must not retrain
+    ops = operational_settings(validate(smk.config), spec["id"])
     out_dir = Path(smk.output.summary).parent
     dev = sts.stsb_dev(_senteval_root(smk.input.senteval))
     dev_batch = spec["training"].get("dev_batch_size", 128)
-    with _run(smk, experiment_id=spec["id"], params=spec) as run:
+    with _run(smk, experiment_id=spec["id"], params={**spec, "operational": ops}) as run:
         def dev_score(encoder) -> dict:
             return dev_metrics(encoder, dev, dev_batch)
 
         def on_log(row: dict) -> None:
             run.log_metrics({k: v for k, v in row.items() if k not in ("step", "epoch")}, step=row["step"])
 
-        result = train_loop(spec, Path(smk.input.corpus), dev_score, out_dir, on_log=on_log,
-                            checkpoint_dir=out_dir / "resume")
+        result = train_loop({**spec, "training": {**spec["training"], **ops}}, Path(smk.input.corpus), dev_score,
+                            out_dir, on_log=on_log, checkpoint_dir=out_dir / "resume")
         summary = {"experiment": spec["id"], "best_step": result.best_step, "stsb_dev_spearman": result.best_dev,
                    "steps": result.steps, "train_seconds": result.train_seconds,
                    "sentences_per_s": result.sentences_per_s, "model_dir": str(smk.output.model),
-                   "mlflow_run_id": run.run_id}
+                   "resumed_from_step": result.resumed_from, "mlflow_run_id": run.run_id}
         run.log_metrics({"best_stsb_dev_spearman": result.best_dev, "best_step": result.best_step,
                          "train_seconds": result.train_seconds, "train_sentences_per_s": result.sentences_per_s})
         run.log_artifact(smk.output.curve)

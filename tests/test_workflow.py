@@ -158,6 +158,10 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
     write_config(workdir, experiments={"compcse-tiny": {"plm": "tiny", "method": "compcse", "training": {"lr": 3e-4}}})
     out = snakemake(workdir, "-n", "results/table1.csv").stdout
     assert "exp=compcse-tiny-s42" in out and "exp=simcse-tiny-s42" not in out
+    # Switching resumable checkpoints on changes how training runs, not what it computes.
+    write_config(workdir, training={"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4,
+                                    "eval_steps": 4, "log_steps": 2, "checkpoint_steps": 3})
+    assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
     write_config(workdir)
 
 
