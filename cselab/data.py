@@ -605,3 +605,17 @@ def verify_senteval(root: Path, tasks: list[str] | None = None, strict_counts: b
                 )
         out["tasks"][task] = {"files": files}
     return out
+
+
+def read_sentences(path: Path) -> list[str]:
+    """A corpus's sentences, one per line (newline stripped, blank lines skipped). Shared by the
+    training loop and the segmenter; imports no torch (the spans environment has none)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"training corpus {path} does not exist; run the prepare_corpus step first")
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise DataError(f"training corpus {path} has no non-empty line (check data.corpus.path / max_lines)")
+    return lines

@@ -67,6 +67,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
+from cselab.data import read_sentences
 from cselab.errors import ConfigError, DataError, ModelError
 
 if TYPE_CHECKING:
@@ -348,20 +349,6 @@ def open_atomic(path: Path):
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def read_sentences(path: Path) -> list[str]:
-    """The corpus's sentences exactly as :func:`cselab.train.read_corpus` reads them (strip the
-    newline, skip blank lines), without importing torch: the spans environment has none."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"training corpus {path} does not exist; run the prepare_corpus step first")
-    with open(path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
-    lines = [line for line in lines if line.strip()]
-    if not lines:
-        raise DataError(f"training corpus {path} has no non-empty line (check data.corpus.path / max_lines)")
-    return lines
 
 
 def segment_corpus(corpus: Path, out_jsonl: Path, settings: dict, stats_path: Path | None = None) -> dict:

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from cselab.data import read_sentences
 from cselab.encoder import SentenceEncoder, load_encoder
 from cselab.errors import DataError
 from cselab.models import resolve_model
@@ -48,8 +49,7 @@ def set_seed(seed: int) -> None:
 
 
 def read_corpus(path: Path) -> list[str]:
-    lines = [line.rstrip("\n") for line in Path(path).open(encoding="utf-8")]
-    lines = [line for line in lines if line.strip()]
+    lines = read_sentences(path)
     if len(lines) < 2:
         raise DataError(f"training corpus {path} has {len(lines)} non-empty line(s); contrastive training "
                         f"needs at least 2 (check data.corpus.path / max_lines)")

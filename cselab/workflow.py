@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -107,18 +108,23 @@ def train(smk) -> None:
         run.log_artifact(smk.output.summary)
 
 
+def _model_dir(model_input: str | Path) -> Path:
+    """A rule's model input: a trained checkpoint dir, or the resolved-PLM JSON of an untrained one."""
+    from cselab.models import resolve_model
+
+    path = Path(model_input)
+    return resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
+
+
 class _Model:
     """The model an evaluation rule scores: encoder, timing and the embedding cache."""
 
     def __init__(self, smk):
         from cselab.cache import EmbeddingCache
         from cselab.encoder import load_encoder
-        from cselab.models import resolve_model
 
         self.settings = smk.params.settings
-        model_input = Path(smk.input.model)
-        self.dir = (resolve_model(json.loads(model_input.read_text())["model"])
-                    if model_input.is_file() else model_input)
+        self.dir = _model_dir(smk.input.model)
         self.encoder = load_encoder(self.dir, pooler=self.settings["pooler"], mlp_head=False)
         key = {k: v for k, v in self.settings.items() if k in ("pooler", "max_len")}
         self.cache = (EmbeddingCache(Path("results/cache/embeddings"), self.dir, key)
@@ -364,16 +370,12 @@ def figure(smk) -> None:
         else:
             from cselab import sts
             from cselab.encoder import load_encoder
-            from cselab.models import resolve_model
 
             settings = smk.params.settings
-            encoders = {}
-            for label, _, key in entries:
-                path = Path(smk.input[key])
-                model_dir = resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
-                enc = load_encoder(model_dir, pooler=settings["pooler"], mlp_head=False)
-                encoders[label] = (lambda e: lambda s: e.encode(s, batch_size=settings["batch_size"],
-                                                                 max_len=settings["max_len"]))(enc)
+            loaded = {label: load_encoder(_model_dir(smk.input[key]), pooler=settings["pooler"], mlp_head=False)
+                      for label, _, key in entries}
+            encoders = {label: partial(enc.encode, batch_size=settings["batch_size"], max_len=settings["max_len"])
+                        for label, enc in loaded.items()}
             if kind == "similarity_heatmap":
                 figures.figure_similarity_heatmap(encoders, sentences=fig.get("sentences"), **out)
             else:
