@@ -26,6 +26,6 @@ include: "rules/figures.smk"
 
 rule all:
     input:
-        expand("results/{table}.csv", table=list(CFG["tables"])),
-        expand("results/{figure}.png", figure=list(CFG.get("figures", {}))),
+        expand(OUT.TABLE_CSV, table=list(CFG["tables"])),
+        expand(OUT.FIGURE_PNG, figure=list(CFG.get("figures", {}))),
     default_target: True

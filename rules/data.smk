@@ -4,11 +4,11 @@
 
 rule prepare_corpus:
     output:
-        corpus="resources/corpus/corpus.txt",
-        manifest="resources/corpus/manifest.json",
+        corpus=OUT.CORPUS,
+        manifest=OUT.CORPUS_MANIFEST,
     params:
         source=CFG["data"]["corpus"],
-        download_dir="resources/downloads",
+        download_dir=OUT.DOWNLOADS,
     log:
         "logs/prepare_corpus.log",
     benchmark:
@@ -24,12 +24,12 @@ rule prepare_corpus:
 
 rule prepare_senteval:
     output:
-        manifest="resources/senteval/manifest.json",
+        manifest=OUT.SENTEVAL_MANIFEST,
     params:
         source=CFG["data"]["senteval"],
         tasks=SENTEVAL_TASKS,
-        extract_dir="resources/senteval/tree",
-        download_dir="resources/downloads",
+        extract_dir=OUT.SENTEVAL_TREE,
+        download_dir=OUT.DOWNLOADS,
     log:
         "logs/prepare_senteval.log",
     benchmark:
@@ -45,7 +45,7 @@ rule prepare_senteval:
 
 rule resolve_plm:
     output:
-        "resources/plms/{plm}.json",
+        OUT.PLM,
     params:
         model=lambda wc: CFG["plms"][wc.plm]["model"],
     log:
@@ -63,12 +63,12 @@ rule resolve_plm:
 
 rule prepare_beir:
     output:
-        manifest="resources/beir/{dataset}/manifest.json",
+        manifest=OUT.BEIR_MANIFEST,
     params:
         url=lambda wc: CFG["data"]["beir"]["url"].format(name=wc.dataset),
         path=lambda wc: beir_local_path(wc.dataset),
-        out_dir=lambda wc: f"resources/beir/{wc.dataset}/data",
-        download_dir="resources/downloads",
+        out_dir=lambda wc: OUT.path(OUT.BEIR_DATA, dataset=wc.dataset),
+        download_dir=OUT.DOWNLOADS,
     log:
         "logs/prepare_beir/{dataset}.log",
     benchmark:
@@ -86,9 +86,10 @@ rule prepare_stsb_retrieval:
     input:
         senteval=rules.prepare_senteval.output.manifest,
     output:
-        manifest="resources/stsb_retrieval/manifest.json",
+        manifest=OUT.STSB_RETRIEVAL_MANIFEST,
     params:
-        out_dir="resources/stsb_retrieval/data",
+        out_dir=OUT.STSB_RETRIEVAL_DATA,
+        download_dir=OUT.DOWNLOADS,
     log:
         "logs/prepare_stsb_retrieval.log",
     benchmark:

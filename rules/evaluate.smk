@@ -7,8 +7,8 @@ rule evaluate_sts:
         model=model_input,
         senteval=rules.prepare_senteval.output.manifest,
     output:
-        "results/experiments/{exp}/sts.json",
-        pairs="results/experiments/{exp}/sts_pairs.npz",
+        OUT.RESULT["sts"],
+        pairs=OUT.RESULT["sts_pairs"],
     params:
         settings=ENCODER,
         experiment="{exp}",
@@ -31,7 +31,8 @@ rule evaluate_transfer:
         model=model_input,
         senteval=rules.prepare_senteval.output.manifest,
     output:
-        "results/experiments/{exp}/transfer.json",
+        OUT.RESULT["transfer"],
+        pairs=OUT.RESULT["transfer_pairs"],
     params:
         settings=ENCODER,
         transfer=CFG["evaluation"]["transfer"],
@@ -53,9 +54,9 @@ rule evaluate_transfer:
 rule evaluate_beir:
     input:
         model=model_input,
-        dataset="resources/beir/{dataset}/manifest.json",
+        dataset=OUT.BEIR_MANIFEST,
     output:
-        "results/experiments/{exp}/beir/{dataset}.json",
+        OUT.RESULT["beir"],
     params:
         settings=ENCODER,
         retrieval=CFG["evaluation"]["beir"],
@@ -80,7 +81,7 @@ rule evaluate_stsb_retrieval:
         model=model_input,
         dataset=rules.prepare_stsb_retrieval.output.manifest,
     output:
-        "results/experiments/{exp}/stsb_retrieval.json",
+        OUT.RESULT["stsb_retrieval"],
     params:
         settings=ENCODER,
         retrieval=CFG["evaluation"]["beir"],
@@ -105,7 +106,7 @@ rule evaluate_geometry:
         model=model_input,
         senteval=rules.prepare_senteval.output.manifest,
     output:
-        "results/experiments/{exp}/geometry.json",
+        OUT.RESULT["geometry"],
     params:
         settings=ENCODER,
         geometry=CFG["evaluation"]["geometry"],
@@ -129,8 +130,8 @@ rule evaluate_stsb_dev:
         model=model_input,
         senteval=rules.prepare_senteval.output.manifest,
     output:
-        "results/experiments/{exp}/stsb_dev.json",
-        pairs="results/experiments/{exp}/stsb_dev_pairs.npz",
+        OUT.RESULT["stsb_dev"],
+        pairs=OUT.RESULT["stsb_dev_pairs"],
     params:
         settings=ENCODER,
         experiment="{exp}",

@@ -7,11 +7,11 @@ rule figure:
         unpack(lambda wc: figure_inputs(wc.figure)),
         senteval=rules.prepare_senteval.output.manifest,
     output:
-        png=report("results/{figure}.png", caption="../report/figure.rst", category="Figures"),
-        csv=report("results/{figure}.csv", caption="../report/figure.rst", category="Figures"),
+        png=report(OUT.FIGURE_PNG, caption="../report/figure.rst", category="Figures"),
+        csv=report(OUT.FIGURE_CSV, caption="../report/figure.rst", category="Figures"),
     params:
         figure=lambda wc: {"name": wc.figure, **CFG["figures"][wc.figure]},
-        labels=lambda wc: figure_experiments(wc.figure),
+        labels=lambda wc: figure_entries(wc.figure),
         settings=ENCODER,
     log:
         "logs/figures/{figure}.log",

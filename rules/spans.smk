@@ -6,8 +6,8 @@ rule segment_corpus:
     input:
         corpus=rules.prepare_corpus.output.corpus,
     output:
-        spans="resources/spans/spans.jsonl",
-        stats="resources/spans/stats.json",
+        spans=OUT.SPANS,
+        stats=OUT.SPANS_STATS,
     params:
         settings=SPANS,
     log:
@@ -28,8 +28,8 @@ rule subsample:
     input:
         spans=rules.segment_corpus.output.spans,
     output:
-        corpus="resources/subsample/{strategy}.txt",
-        stats="resources/subsample/{strategy}.json",
+        corpus=OUT.SUBSAMPLED,
+        stats=OUT.SUBSAMPLED_STATS,
     params:
         min_words=SPANS.get("min_words", 1),
     log:

@@ -1,17 +1,18 @@
-# Tables: each declares its kind and experiments in the config; Snakemake builds only what
-# is missing. One rule serves every table.
+# Tables: each declares its kind and experiments in the config (a `methods` table: every
+# configured method on one PLM); Snakemake builds only what is missing. One rule serves all.
 
 
 rule table:
     input:
-        results=lambda wc: [f for files in table_inputs(wc.table).values() for f in files],
+        results=lambda wc: [f for files in cselab_config.table_inputs(CFG, wc.table).values() for f in files],
     output:
-        csv=report("results/{table}.csv", caption="../report/table.rst", category="Tables"),
-        md=report("results/{table}.md", caption="../report/table.rst", category="Tables"),
+        csv=report(OUT.TABLE_CSV, caption="../report/table.rst", category="Tables"),
+        md=report(OUT.TABLE_MD, caption="../report/table.rst", category="Tables"),
     params:
         table=lambda wc: {"name": wc.table, **CFG["tables"][wc.table]},
         columns=lambda wc: cselab_config.table_columns(CFG, wc.table),
-        rows=lambda wc: table_rows(wc.table),
+        rows=lambda wc: cselab_config.table_rows(CFG, wc.table),
+        digits=lambda wc: OUT.TABLE_KINDS[CFG["tables"][wc.table]["kind"]].digits,
         bootstrap=CFG["evaluation"].get("bootstrap", {}),
     log:
         "logs/tables/{table}.log",

@@ -1,18 +1,20 @@
-# Training: one rule for every method; the experiment id picks PLM, objective, settings, seed.
+# Training: one rule for every method; the experiment id picks PLM, methods, settings, seed.
 # Only training settings are params here, so changing an evaluation setting never retrains.
+# A method that needs an upstream artifact (a pretraining stage's output) declares it; its
+# path becomes an input here and rule pretrain builds it.
 
 
 rule train:
     input:
-        corpus=training_corpus,
+        unpack(lambda wc: training_inputs(experiment_spec(wc.exp))),
         senteval=rules.prepare_senteval.output.manifest,
-        plm=lambda wc: f"resources/plms/{experiment_spec(wc.exp)['plm']}.json",
     output:
-        model=directory("results/experiments/{exp}/model"),
-        curve="results/experiments/{exp}/curve.csv",
-        summary="results/experiments/{exp}/train_summary.json",
+        model=directory(OUT.MODEL),
+        curve=OUT.CURVE,
+        summary=OUT.TRAIN_SUMMARY,
     params:
         spec=lambda wc: experiment_spec(wc.exp),
+        artifacts=lambda wc: artifacts(experiment_spec(wc.exp)),
     log:
         "logs/train/{exp}.log",
     benchmark:
@@ -26,3 +28,28 @@ rule train:
         "../envs/train.yaml"
     script:
         "../workflow_scripts/train.py"
+
+
+rule pretrain:
+    input:
+        unpack(lambda wc: training_inputs(pretraining_spec(wc.stage, wc.plm))),
+    output:
+        model=directory(OUT.PRETRAINED),
+        curve=OUT.PRETRAINED_CURVE,
+        summary=OUT.PRETRAINED_SUMMARY,
+    params:
+        spec=lambda wc: pretraining_spec(wc.stage, wc.plm),
+        artifacts=lambda wc: artifacts(pretraining_spec(wc.stage, wc.plm)),
+    log:
+        "logs/pretrain/{stage}/{plm}.log",
+    benchmark:
+        "benchmarks/pretrain/{stage}/{plm}.tsv"
+    threads: 8
+    resources:
+        mem_mb=64000,
+        runtime=48 * 60,
+        gpu=1,
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow_scripts/pretrain.py"

@@ -7,7 +7,7 @@ import random
 import threading
 from pathlib import Path
 
-from cselab.sts import STS_SUBSETS
+from cselab.data.senteval import STS_SUBSETS
 
 
 def find_shared_data() -> Path | None:

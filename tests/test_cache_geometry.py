@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from cselab.cache import EmbeddingCache
-from cselab.geometry import align_uniform
-from cselab.sts import Subset
+from cselab.evaluation.encoding import EmbeddingCache
+from cselab.evaluation.geometry import align_uniform
+from cselab.data.tasks import Subset
 
 
 def test_cache_hit_miss_and_invalidation(tiny_encoder, tmp_path):

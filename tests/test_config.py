@@ -1,13 +1,15 @@
 """Config validation: one clear message naming the key; experiment ids and merged settings."""
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
-from cselab import config as cc
+from cselab.pipeline import config as cc
 from cselab.errors import ConfigError
+from cselab.training.methods import Method
 from tests.helpers import find_shared_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +49,9 @@ def test_paper_settings(default):
     t = spec["training"]
     assert (t["batch_size"], t["lr"], t["max_len"], t["epochs"], t["temperature"], t["eval_steps"]) == (
         64, 3e-5, 32, 1, 0.05, 125)
-    assert spec["options"] == {"partitions": 2, "aggregation": "avg", "compose": "z+", "d0": 256}
+    assert spec["options"] == {"partitions": 2, "aggregation": "avg", "compose": "z+", "d0": 256, "head": "mlp",
+                               "head_placement": "after_aggregation", "partition_unit": "subword"}
+    assert spec["auxiliaries"] == {} and spec["signature"] == "compcse" and not cc.artifacts(spec)
     assert cc.experiment_spec(cfg, "simcse-bert-large-s42")["training"]["lr"] == 1e-5
     roberta = cc.experiment_spec(cfg, "simcse-roberta-base-s42")["training"]
     assert (roberta["batch_size"], roberta["lr"]) == (512, 1e-5)
@@ -72,7 +76,18 @@ def test_seeds_expand_ids(smoke):
     ({"experiments": {"simcse-minilm": {"method": "simsce"}}},
      r"'experiments\.simcse-minilm\.method': unknown method 'simsce'; valid methods: compcse, simcse, untrained"),
     ({"methods": {"simcse": {"objective": "infonce2"}}},
-     r"'methods\.simcse\.objective': unknown objective 'infonce2'; valid objectives: compcse, simcse"),
+     r"'methods\.simcse\.objective': unknown method 'infonce2'; valid methods: .*compcse.*simcse"),
+    ({"methods": {"simcse": {"auxiliaries": {"rtd2": {"weight": 0.1}}}}},
+     r"'methods\.simcse\.auxiliaries\.rtd2': unknown method 'rtd2'"),
+    ({"methods": {"simcse": {"auxiliaries": {"compcse": {"weight": 0.1}}}}},
+     r"'methods\.simcse\.auxiliaries\.compcse': method 'compcse' cannot be an auxiliary objective"),
+    ({"methods": {"simcse": {"auxiliaries": {"simcse": {"weight": -1}}}}},
+     r"'methods\.simcse\.auxiliaries\.simcse\.weight': -1 is less than the minimum of 0"),
+    ({"methods": {"simcse": {"options": {"head": "mlp3"}}}}, r"'methods\.simcse\.options\.head': 'mlp3' is not one of"),
+    ({"pretraining": {"mlm": {"method": "nope"}}}, r"'pretraining\.mlm\.method': unknown method 'nope'"),
+    ({"tables": {"cmp": {"kind": "methods", "plm": "gpt"}}}, r"'tables\.cmp\.plm': unknown PLM 'gpt'"),
+    ({"tables": {"cmp": {"kind": "sts"}}}, r"'tables\.cmp' is missing a required entry: 'experiments'"),
+    ({"training": {"precision": "fp8"}}, r"'training\.precision': 'fp8' is not one of"),
     ({"experiments": {"compcse-minilm": {"options": {"aggregation": "mean"}}}},
      r"'experiments\.compcse-minilm\.options\.aggregation': 'mean' is not one of"),
     ({"experiments": {"x": {"plm": "gpt", "method": "simcse"}}}, r"'experiments\.x\.plm': unknown PLM 'gpt'"),
@@ -103,3 +118,47 @@ def test_tracking_uri_env_wins(smoke, monkeypatch):
     assert cc.tracking_uri(smoke) == "sqlite:///results/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert cc.tracking_uri(smoke) == "http://127.0.0.1:5000"
+
+
+def test_methods_table_reuses_equivalent_experiments(smoke):
+    cfg = cc.validate(deep_update(smoke, {"tables": {"methods": {"kind": "methods", "plm": "minilm"}}}))
+    assert cfg["tables"]["methods"]["experiments"] == ["simcse-minilm", "compcse-minilm"]
+    cfg = cc.validate(deep_update(smoke, {"tables": {"methods": {"kind": "methods", "plm": "minilm",
+                                                                  "training": {"max_steps": 20}}}}))
+    assert cfg["tables"]["methods"]["experiments"] == ["bench-simcse-minilm", "bench-compcse-minilm"]
+    assert cc.experiment_spec(cfg, "bench-compcse-minilm-s42")["training"]["max_steps"] == 20
+    assert cc.table_columns(cfg, "methods")[-3:] == ["STS avg", "STS-B dev", "transfer avg"]
+    files = cc.table_inputs(cfg, "methods")["bench-simcse-minilm-s42"]
+    assert [Path(f).name for f in files] == ["sts.json", "sts_pairs.npz", "stsb_dev.json", "stsb_dev_pairs.npz",
+                                             "transfer.json", "transfer_pairs.npz"]
+
+
+class _Aux(Method):
+    """A test auxiliary with two options."""
+
+    name = "testaux"
+    roles = ("auxiliary",)
+
+    @dataclasses.dataclass
+    class Options:
+        rate: float = 0.3
+        mode: str = "a"
+
+
+def test_auxiliaries_merge_and_drop(smoke):
+    patch = {"methods": {"simcse": {"auxiliaries": {"testaux": {"weight": 0.5, "options": {"rate": 0.2}}}}},
+             "experiments": {"a": {"plm": "minilm", "method": "simcse",
+                                   "auxiliaries": {"testaux": {"options": {"mode": "b"}}}},
+                             "b": {"plm": "minilm", "method": "simcse", "auxiliaries": {"testaux": None}},
+                             "c": {"plm": "minilm", "method": "simcse", "weight": 0.0}}}
+    cfg = cc.validate(deep_update(smoke, patch))
+    a = cc.experiment_spec(cfg, "a-s42")
+    assert a["auxiliaries"] == {"testaux": {"weight": 0.5, "options": {"rate": 0.2, "mode": "b"}}}
+    assert a["signature"] == "simcse+testaux"
+    assert cc.experiment_spec(cfg, "b-s42")["auxiliaries"] == {}
+    assert cc.experiment_spec(cfg, "c-s42")["weight"] == 0.0
+    with pytest.raises(ConfigError, match=r"'experiments\.a\.auxiliaries\.testaux\.options\.rte'"):
+        cc.validate(deep_update(smoke, deep_update(patch, {"experiments": {"a": {"auxiliaries": {
+            "testaux": {"options": {"rte": 1}}}}}})))
+    with pytest.raises(ConfigError, match=r"'methods\.x\.objective': method 'testaux' is an auxiliary"):
+        cc.validate(deep_update(smoke, {"methods": {"x": {"objective": "testaux"}}}))

@@ -1,4 +1,4 @@
-"""Tests for cselab.data: downloads over a real loopback HTTP server, corpus and SentEval prep.
+"""Tests for cselab.data (download, corpus, senteval): downloads over a real loopback HTTP server, corpus and SentEval prep.
 
 Only 127.0.0.1 is ever contacted.
 """
@@ -15,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cselab.data import (
-    EXPECTED_COUNTS,
-    KNOWN_TASKS,
-    fetch,
-    prepare_corpus,
-    prepare_senteval,
-    verify_senteval,
-)
+from cselab.data.corpus import prepare_corpus
+from cselab.data.download import fetch
+from cselab.data.senteval import EXPECTED_COUNTS, KNOWN_TASKS, prepare_senteval, verify_senteval
 from cselab.errors import DataError
 from tests.helpers import STS_SUBSETS, find_shared_data, make_senteval
 
@@ -51,7 +46,7 @@ def test_fetch_happy_path_with_sha(server, tmp_path):
     got = fetch(server.url("/f.txt"), dest, sha256=_sha(body), timeout=5)
     assert got == {"source": server.url("/f.txt"), "path": str(dest), "bytes": len(body), "sha256": _sha(body)}
     assert dest.read_bytes() == body
-    assert not dest.with_name("f.txt.part").exists()
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["f.txt"]  # no temporary left
     # Second call: present and matching, so no new request.
     fetch(server.url("/f.txt"), dest, sha256=_sha(body), timeout=5)
     assert server.hits["/f.txt"] == 1
@@ -70,7 +65,7 @@ def test_fetch_sha_mismatch(server, tmp_path):
     with pytest.raises(DataError, match="sha256") as e:
         fetch(server.url("/f.txt"), dest, sha256="0" * 64, timeout=5)
     assert "0" * 64 in str(e.value)
-    assert not dest.exists() and not dest.with_name("f.txt.part").exists()
+    assert not dest.exists() and not list(dest.parent.glob(".f.txt*"))
 
 
 def test_fetch_truncated(server, tmp_path):
@@ -79,7 +74,7 @@ def test_fetch_truncated(server, tmp_path):
     with pytest.raises(DataError, match="truncated") as e:
         fetch(server.url("/t.txt"), dest, timeout=5)
     assert server.url("/t.txt") in str(e.value)
-    assert not dest.exists() and not dest.with_name("t.txt.part").exists()
+    assert not dest.exists() and not list(dest.parent.glob(".t.txt*"))
 
 
 def test_fetch_404(server, tmp_path):

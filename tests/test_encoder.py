@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from cselab.encoder import load_encoder
+from cselab.training.encoder import load_encoder
 
 SENTS = ["a short one .", "a considerably longer sentence with many more words in it than the others .",
          "mid length sentence here .", "x", "a short one ."]
@@ -17,7 +17,7 @@ def test_encode_keeps_order_and_matches_unbatched(tiny_encoder):
     for i, s in enumerate(SENTS):
         batch = tiny_encoder.pad(tiny_encoder.tokenize([s], 512))
         with torch.inference_mode():
-            ref = tiny_encoder.eval().pool(**batch)[0].numpy()
+            ref = tiny_encoder.eval()(**batch)[0].numpy()
         np.testing.assert_allclose(out[i], ref, atol=1e-5)
 
 
@@ -30,10 +30,8 @@ def test_encode_is_deterministic_and_restores_train_mode(tiny_encoder):
 
 def test_save_loads_in_transformers_and_sentence_transformers(tiny_encoder, tmp_path):
     tiny_encoder.save(tmp_path / "ckpt", max_seq_length=64)
-    again = load_encoder(tmp_path / "ckpt", mlp_head=True)
+    again = load_encoder(tmp_path / "ckpt")
     np.testing.assert_allclose(again.encode(SENTS), tiny_encoder.encode(SENTS), atol=1e-6)
-    head = torch.load(tmp_path / "ckpt" / "mlp_head.pt")
-    assert torch.equal(head["0.weight"], tiny_encoder.head[0].weight)
     st = pytest.importorskip("sentence_transformers")
     model = st.SentenceTransformer(str(tmp_path / "ckpt"), device="cpu")
     np.testing.assert_allclose(model.encode(SENTS), tiny_encoder.encode(SENTS), atol=1e-5)

@@ -206,7 +206,7 @@ def test_runs_read_back_through_rest_api(mlflow_server, server_run):
 
 def test_unreachable_server_fails_before_the_job_starts(monkeypatch):
     from cselab.errors import TrackingError
-    from cselab.tracking import mlflow_run, resolve
+    from cselab.pipeline.tracking import mlflow_run, resolve
 
     uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -312,7 +312,7 @@ def test_server_dying_mid_run_fails_the_job_with_a_clear_message(mlflow_server, 
     import mlflow
 
     from cselab.errors import TrackingError
-    from cselab.tracking import mlflow_run
+    from cselab.pipeline.tracking import mlflow_run
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail in seconds, not minutes
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

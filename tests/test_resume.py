@@ -7,6 +7,7 @@ import logging
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,9 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from cselab import sts
-from cselab.geometry import align_uniform
-from cselab.train import dev_metrics, train
+from cselab.evaluation import sts
+from cselab.evaluation.geometry import align_uniform
+from cselab.evaluation.sts import dev_metrics
+from cselab.training.loop import train
 from tests.helpers import make_corpus
 from tests.test_train import spec_for
 
@@ -30,7 +32,7 @@ SUBSET = SimpleNamespace(
 SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from cselab.train import train
+from cselab.training.loop import train
 
 spec, corpus, out, hang_at = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 probe = json.loads(sys.argv[5])
@@ -56,10 +58,11 @@ def probe_dev(encoder):
     return 100 * float(encoder.encode(PROBE, batch_size=4).mean())
 
 
-def resume_spec(tiny_bert, **training):
-    """10 steps (80 sentences, batch 8), a curve row every step, a checkpoint every 2."""
-    return spec_for(tiny_bert, **{"max_steps": None, "eval_steps": 3, "log_steps": 1, "checkpoint_steps": 2,
-                                  **training})
+def resume_spec(tiny_bert, objective="simcse", **training):
+    """10 steps (80 sentences, batch 8), a curve row every step, a checkpoint every 2, STS-B dev
+    at steps 3, 6, 9 and the last."""
+    return spec_for(tiny_bert, objective, **{"max_steps": None, "eval_steps": 3, "eval_at_end": True,
+                                             "log_steps": 1, "checkpoint_steps": 2, **training})
 
 
 def curve_rows(out: Path) -> list[dict]:
@@ -71,7 +74,7 @@ def weights(model_dir: Path) -> dict:
     state = {}
     for f in sorted(model_dir.glob("*.safetensors")):
         state.update(load_file(f))
-    state.update({f"head.{k}": v for k, v in torch.load(model_dir / "mlp_head.pt").items()})
+    state.update({f"head.{k}": v for k, v in torch.load(model_dir / "head.pt").items()})
     return state
 
 
@@ -92,15 +95,16 @@ def crash_at(step: int):
     return on_log
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_bert, tmp_path_factory):
-    """The uninterrupted 10-step run the interrupted ones must reproduce."""
+@pytest.fixture(scope="module", params=["simcse", "compcse"])
+def reference(tiny_bert, tmp_path_factory, request):
+    """The uninterrupted 10-step run the interrupted ones must reproduce, for each method."""
     tmp = tmp_path_factory.mktemp("reference")
     corpus, out, logged = make_corpus(tmp / "corpus.txt", 80), tmp / "out", []
-    result = train(resume_spec(tiny_bert), corpus, probe_dev, out, on_log=lambda row: logged.append(row["step"]))
+    spec = partial(resume_spec, tiny_bert, request.param)
+    result = train(spec(), corpus, probe_dev, out, on_log=lambda row: logged.append(row["step"]))
     assert result.steps == 10 and logged[0] == 0
     assert [r["step"] for r in curve_rows(out) if r["stsb_dev_spearman"]] == ["0", "3", "6", "9", "10"]
-    return SimpleNamespace(corpus=corpus, out=out, result=result)
+    return SimpleNamespace(corpus=corpus, out=out, result=result, spec=spec)
 
 
 def assert_same_run(out: Path, result, ref) -> None:
@@ -113,7 +117,7 @@ def assert_same_run(out: Path, result, ref) -> None:
 def test_killed_run_resumes_bit_identical(tiny_bert, reference, tmp_path):
     script, out = tmp_path / "run_train.py", tmp_path / "out"
     script.write_text(SCRIPT)
-    cmd = [sys.executable, str(script), json.dumps(resume_spec(tiny_bert)), str(reference.corpus), str(out)]
+    cmd = [sys.executable, str(script), json.dumps(reference.spec()), str(reference.corpus), str(out)]
     with (tmp_path / "stderr.txt").open("w") as err:
         proc = subprocess.Popen(cmd + ["5", json.dumps(PROBE)], stdout=subprocess.PIPE, stderr=err, text=True)
         try:
@@ -134,12 +138,12 @@ def test_killed_run_resumes_bit_identical(tiny_bert, reference, tmp_path):
 def test_changed_spec_starts_over(tiny_bert, reference, tmp_path, caplog):
     out = tmp_path / "out"
     with pytest.raises(Crash):
-        train(resume_spec(tiny_bert, lr=2e-3), reference.corpus, probe_dev, out, on_log=crash_at(3),
+        train(reference.spec(lr=2e-3), reference.corpus, probe_dev, out, on_log=crash_at(3),
               checkpoint_dir=out / "resume")
     assert (out / "resume" / "step-00000002").is_dir()
     rows = []
-    with caplog.at_level(logging.WARNING, logger="cselab.train"):
-        res = train(resume_spec(tiny_bert), reference.corpus, probe_dev, out, on_log=rows.append,
+    with caplog.at_level(logging.WARNING, logger="cselab.training"):
+        res = train(reference.spec(), reference.corpus, probe_dev, out, on_log=rows.append,
                     checkpoint_dir=out / "resume")
     assert "discarding checkpoint" in caplog.text
     assert res.resumed_from == 0 and rows[0]["step"] == 0
@@ -149,20 +153,20 @@ def test_changed_spec_starts_over(tiny_bert, reference, tmp_path, caplog):
 def test_half_written_checkpoint_is_ignored(tiny_bert, reference, tmp_path, caplog):
     out, resume = tmp_path / "out", tmp_path / "out" / "resume"
     with pytest.raises(Crash):
-        train(resume_spec(tiny_bert), reference.corpus, probe_dev, out, on_log=crash_at(5), checkpoint_dir=resume)
+        train(reference.spec(), reference.corpus, probe_dev, out, on_log=crash_at(5), checkpoint_dir=resume)
     assert sorted(p.name for p in resume.iterdir()) == ["step-00000004"]
-    stray = resume / ".tmp-step-00000006"  # killed while writing the next checkpoint
+    stray = resume / ".step-00000006.tmp"  # killed while writing the next checkpoint
     stray.mkdir()
     (stray / "state.pt").write_bytes(b"\x80\x02 truncated")
-    with caplog.at_level(logging.INFO, logger="cselab.train"):
-        res = train(resume_spec(tiny_bert), reference.corpus, probe_dev, out, checkpoint_dir=resume)
+    with caplog.at_level(logging.INFO, logger="cselab.training"):
+        res = train(reference.spec(), reference.corpus, probe_dev, out, checkpoint_dir=resume)
     assert res.resumed_from == 4 and "from step 4" in caplog.text
     assert_same_run(out, res, reference)
 
 
 def test_same_seed_same_curve_and_weights_with_dev_metrics(tiny_bert, tmp_path):
     corpus = make_corpus(tmp_path / "corpus.txt", 40)
-    dev = lambda enc: dev_metrics(enc, SUBSET, 8)  # noqa: E731
+    dev = lambda enc: dev_metrics(partial(enc.encode, batch_size=8), SUBSET)  # noqa: E731
     for i in range(2):
         train(spec_for(tiny_bert, log_steps=1, dropout=0.3), corpus, dev, tmp_path / f"out{i}")
     assert curve_rows(tmp_path / "out0") == curve_rows(tmp_path / "out1")
@@ -171,11 +175,11 @@ def test_same_seed_same_curve_and_weights_with_dev_metrics(tiny_bert, tmp_path):
     assert header[:6] == ["step", "epoch", "loss", "lr", "stsb_dev_spearman", "sentences_per_s"]
     assert {"alignment", "uniformity"} <= set(header)
     evals = [r for r in curve_rows(tmp_path / "out0") if r["stsb_dev_spearman"]]
-    assert [r["step"] for r in evals] == ["0", "3", "5"] and all(r["alignment"] and r["uniformity"] for r in evals)
+    assert [r["step"] for r in evals] == ["0", "3"] and all(r["alignment"] and r["uniformity"] for r in evals)
 
 
 def test_stop_at_keeps_the_schedule(tiny_bert, reference, tmp_path):
-    part = train(resume_spec(tiny_bert, stop_at=4), reference.corpus, probe_dev, tmp_path / "part")
+    part = train(reference.spec(stop_at=4), reference.corpus, probe_dev, tmp_path / "part")
     assert part.steps == 4 and part.best_step <= 4
     trained = [(r["step"], r["loss"], r["lr"]) for r in part.curve if "loss" in r]
     assert trained == [(r["step"], r["loss"], r["lr"]) for r in reference.result.curve if "loss" in r][:4]
@@ -187,7 +191,7 @@ def test_dev_metrics_encode_once(tiny_encoder, monkeypatch):
     calls = []
     encode = tiny_encoder.encode
     monkeypatch.setattr(tiny_encoder, "encode", lambda s, **kw: calls.append(len(s)) or encode(s, **kw))
-    out = dev_metrics(tiny_encoder, SUBSET, batch_size=4)
+    out = dev_metrics(partial(tiny_encoder.encode, batch_size=4), SUBSET)
     assert calls == [8]  # the unique sentences, once
     assert set(out) == {"stsb_dev_spearman", "alignment", "uniformity"}
     direct = lambda s: encode(s, batch_size=4)  # noqa: E731

@@ -1,4 +1,4 @@
-"""Tests for cselab.retrieval: BEIR download/verify over a loopback server, chunked search,
+"""Tests for cselab.data.beir and cselab.evaluation.retrieval: BEIR download/verify over a loopback server, chunked search,
 pytrec_eval metrics on a hand-checked example, and the STS-B in-domain retrieval dataset.
 
 Only 127.0.0.1 is ever contacted.
@@ -16,20 +16,8 @@ import numpy as np
 import pytest
 
 from cselab.errors import DataError
-from cselab.published_retrieval import BEIR_COLUMNS, BEIR_DATASETS, ENTRIES, SCALE
-from cselab.retrieval import (
-    BEIR_URL,
-    beir_subsets,
-    doc_text,
-    evaluate_beir,
-    evaluate_run,
-    evaluate_stsb_retrieval,
-    load_beir,
-    prepare_beir,
-    retrieve,
-    search,
-    stsb_retrieval_dataset,
-)
+from cselab.data.beir import beir_subsets, load_beir, prepare_beir, stsb_retrieval_dataset
+from cselab.evaluation.retrieval import doc_text, evaluate_beir, evaluate_run, evaluate_stsb_retrieval, retrieve, search
 from tests.helpers import find_shared_data
 
 # --------------------------------------------------------------------------- a tiny BEIR dataset
@@ -76,10 +64,6 @@ def _prepare(server, tmp_path, body: bytes, **kw):
     server.files["/tiny.zip"] = body
     return prepare_beir("tiny", url=server.url("/tiny.zip"), out_dir=tmp_path / "tree",
                         manifest=tmp_path / "manifest.json", download_dir=tmp_path / "dl", **kw)
-
-
-def test_beir_url_template():
-    assert BEIR_URL.format(name="scifact").endswith("/thakur/BEIR/datasets/scifact.zip")
 
 
 def test_prepare_beir_download_extract_verify(server, tmp_path):
@@ -375,22 +359,3 @@ def test_stsb_retrieval_dataset_real(tmp_path):
     assert len({data.queries[q] for q in data.queries}) == 86  # 9 first sentences twice, 1 thrice
     assert all(len(r) == 1 for r in data.qrels.values())
     assert all(data.exclude[q] and data.exclude[q][0] not in data.qrels[q] for q in data.queries)
-
-
-# --------------------------------------------------------------------------- published numbers
-
-
-def test_published_entries():
-    assert len(BEIR_DATASETS) == 14 and BEIR_COLUMNS[-1] == "Avg"
-    t3 = ENTRIES[("infocse", "table3")]
-    info = next(e for e in t3 if e["objective"] == "infocse" and e["model"] == "bert-base-uncased")
-    assert info["scores"]["Avg"] == 0.2509 and info["scores"]["trec-covid"] == 0.3937
-    for e in t3:
-        mean = sum(e["scores"][c] for c in BEIR_DATASETS) / 14
-        assert mean == pytest.approx(e["scores"]["Avg"], abs=6e-5)
-    assert ENTRIES[("infocse", "table11")][-1]["scores"] == {"R@1": 80.41, "R@5": 100.0, "R@10": 100.0}
-    assert ENTRIES[("diffcse", "table10")][1]["scores"]["R@1"] == 78.87
-    for key, entries in ENTRIES.items():
-        assert key in SCALE
-        for e in entries:
-            assert set(e) == {"model", "objective", "options", "row", "scores"}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cselab import spans
+from cselab.data import spans
 from cselab.errors import ConfigError, DataError, ModelError
-from cselab.spans import (
+from cselab.data.spans import (
     SEGMENTERS,
     WhitespacePunctSegmenter,
     load_spans,
@@ -111,7 +111,7 @@ def test_unknown_segmenter_and_bad_settings():
         make_segmenter({"segmenter": "whitespace_punct", "batch_size": 0})
     with pytest.raises(ConfigError, match=r"spans\.split_adjuncts"):
         make_segmenter({"segmenter": "whitespace_punct", "split_adjuncts": "yes"})
-    # the whole config section is accepted: min_words is for cselab.subsample
+    # the whole config section is accepted: min_words is for cselab.data.subsample
     assert make_segmenter({"segmenter": "whitespace_punct", "min_words": 2}).name == "whitespace_punct"
 
 
@@ -198,12 +198,11 @@ def test_load_spans_missing_file(tmp_path):
         load_spans(tmp_path / "nope.jsonl")
 
 
-def test_corpus_reading_matches_training(tmp_path):
-    from cselab.train import read_corpus
-
+def test_corpus_reading_is_the_trainings(tmp_path):
+    """Spans index the same sentences as training reads (cselab.data.corpus.read_sentences)."""
     corpus = tmp_path / "c.txt"
     corpus.write_bytes("first line  \n\n   \n\tsecond\r\nthird\rfourth\nlast, no newline".encode())
-    assert spans.read_sentences(corpus) == read_corpus(corpus)
+    assert spans.read_sentences(corpus) == ["first line  ", "\tsecond", "third", "fourth", "last, no newline"]
     corpus.write_text("\n \n")
     with pytest.raises(DataError, match="no non-empty line"):
         spans.read_sentences(corpus)
@@ -213,8 +212,8 @@ def test_spans_modules_do_not_import_torch(tmp_path):
     """The spans conda environment has no torch."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("a, b\nc\n")
-    code = ("import sys; from pathlib import Path; from cselab.spans import segment_corpus; "
-            "from cselab.subsample import expand_corpus; d = Path(sys.argv[1]); "
+    code = ("import sys; from pathlib import Path; from cselab.data.spans import segment_corpus; "
+            "from cselab.data.subsample import expand_corpus; import cselab.pipeline.jobs.data; d = Path(sys.argv[1]); "
             "segment_corpus(d / 'c.txt', d / 's.jsonl', {'segmenter': 'whitespace_punct'}, d / 'st.json'); "
             "expand_corpus(d / 's.jsonl', 'subsuming', d / 'o.txt'); "
             "assert 'torch' not in sys.modules, 'torch imported'")

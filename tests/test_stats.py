@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, rankdata, spearmanr
 
-from cselab.stats import paired_bootstrap, pearson_rows, seed_summary, spearman_counts
+from cselab.reporting.stats import paired_bootstrap, pearson_rows, seed_summary, spearman_counts
 
 
 def test_seed_summary():
@@ -152,3 +152,26 @@ def test_input_errors():
         paired_bootstrap(gold, [{t: np.ones(len(g)) for t, g in gold.items()}], a)
     with pytest.raises(ValueError, match="gold"):
         paired_bootstrap({"T0": np.ones(50)}, [{"T0": a[0]["T0"]}], [{"T0": a[0]["T0"]}])
+
+
+def test_paired_bootstrap_accuracy_against_explicit_resamples():
+    """Transfer items: accuracy difference, items resampled within each task, seeds averaged."""
+    rng = np.random.default_rng(3)
+    gold = {"MR": rng.integers(0, 2, 200), "TREC": rng.integers(0, 6, 120)}
+    flip = lambda g, p: np.where(rng.random(len(g)) < p, (g + 1) % (g.max() + 1), g)  # noqa: E731
+    a = [{t: flip(g, 0.2) for t, g in gold.items()} for _ in range(2)]
+    b = [{t: flip(g, 0.3) for t, g in gold.items()}]
+    res = paired_bootstrap(gold, a, b, n_boot=300, seed=5, metric="accuracy")
+    acc = lambda preds, idx: np.mean([np.mean([np.mean(p[t][idx[t]] == gold[t][idx[t]])  # noqa: E731
+                                               for t in gold]) for p in preds])
+    full = {t: np.arange(len(g)) for t, g in gold.items()}
+    assert res["diff"] == pytest.approx(100 * (acc(a, full) - acc(b, full)), abs=1e-9)
+    draws = np.random.default_rng(5)
+    explicit = []
+    boots = {t: draws.integers(0, len(g), size=(300, len(g))) for t, g in gold.items()}
+    for r in range(300):
+        idx = {t: boots[t][r] for t in gold}
+        explicit.append(100 * (acc(a, idx) - acc(b, idx)))
+    lo, hi = np.quantile(explicit, [0.025, 0.975])
+    assert (res["ci_low"], res["ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
+    assert res["diff"] > 0 and res["significant"] == (res["ci_low"] > 0)

@@ -1,4 +1,4 @@
-"""Tests for cselab.sts: SentEval-format loaders, the "all" Spearman protocol, one encode call,
+"""Tests for cselab.evaluation.sts and the STS loaders of cselab.data.tasks: SentEval-format loaders, the "all" Spearman protocol, one encode call,
 and the outside check against MTEB's published all-MiniLM-L6-v2 numbers."""
 
 import zlib
@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from cselab import sts
-from cselab.encoder import load_encoder
+from cselab.data import tasks
+from cselab.evaluation import sts
+from cselab.training.encoder import load_encoder
 from cselab.errors import DataError
-from cselab.models import resolve_model
+from cselab.training.models import resolve_model
 from tests.helpers import find_shared_data
 
 WORDS = "alpha beta gamma delta epsilon zeta".split()
@@ -47,7 +48,7 @@ def write(path, lines, newline="\n"):
 def tree(tmp_path):
     """A complete synthetic SentEval downstream/ tree (all 7 STS tasks)."""
     root = tmp_path / "senteval"
-    for year, subs in sts.STS_SUBSETS.items():
+    for year, subs in tasks.STS_SUBSETS.items():
         folder = root / "STS" / f"{year}-en-test"
         for k, sub in enumerate(subs):
             # later subsets get higher gold offsets: every subset is perfectly ranked on its own,
@@ -62,14 +63,14 @@ def tree(tmp_path):
         if year == "STS13":
             write(folder / "STS.gs.SMT.txt", ["1.0"])  # gold without input, as in the release
     shared = "a sentence shared by sts-b and sick"
-    for split in sts.STSB_SPLITS:
+    for split in tasks.STSB_SPLITS:
         r = rows(f"stsb{split}")
         lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{g}\t{a}\t{b}" for i, (a, b, g) in enumerate(r)]
         lines[1] += "\tsource-a\tsource-b"  # extra trailing columns are ignored
         lines.append(f"main-news\theadlines\t2015\t0099\t1.0\t{shared}\t{r[0][0]}")
         write(root / "STS" / "STSBenchmark" / f"sts-{split}.csv", lines)
     header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"
-    for split, name in sts.SICK_SPLITS.items():
+    for split, name in tasks.SICK_SPLITS.items():
         r = rows(f"sick{split}") + [(shared, "sick other", "2.5")]
         lines = [header] + [f"{i}\t{a}\t{b}\t{g}\tNEUTRAL" for i, (a, b, g) in enumerate(r)]
         write(root / "SICK" / name, lines, newline="\r\n" if split == "test" else "\n")
@@ -77,20 +78,20 @@ def tree(tmp_path):
 
 
 def test_loaders(tree):
-    sts12 = sts.load_sts_year(tree, "STS12")
-    assert [s.name for s in sts12] == sts.STS_SUBSETS["STS12"]
+    sts12 = tasks.load_sts_year(tree, "STS12")
+    assert [s.name for s in sts12] == tasks.STS_SUBSETS["STS12"]
     assert sts12[0].sent1[-1] == "the cat sat" and sts12[0].sent2[-1] == "a dog ran"
     assert sts12[0].gold.tolist() == [4.0, 3.0, 2.0, 1.0, 0.0]
-    sts15 = sts.load_sts_year(tree, "STS15")
+    sts15 = tasks.load_sts_year(tree, "STS15")
     assert len(sts15[0]) == 4 and "unscored pair one" not in sts15[0].sent1  # blank gold skipped
-    assert [s.name for s in sts.load_sts_year(tree, "STS13")] == ["FNWN", "headlines", "OnWN"]
-    stsb = sts.load_stsb(tree)
+    assert [s.name for s in tasks.load_sts_year(tree, "STS13")] == ["FNWN", "headlines", "OnWN"]
+    stsb = tasks.load_stsb(tree)
     assert stsb.name == "sts-test" and len(stsb) == 5 and stsb.gold[0] == 3.0
     assert stsb.sent1[1].startswith("stsbtest") and "source-a" not in stsb.sent2[1]
-    assert len(sts.stsb_dev(tree)) == 5 and sts.stsb_dev(tree).sent1[0].startswith("stsbdev")
-    sick = sts.load_sick(tree)  # CRLF file with a header
+    assert len(tasks.stsb_dev(tree)) == 5 and tasks.stsb_dev(tree).sent1[0].startswith("stsbdev")
+    sick = tasks.load_sick(tree)  # CRLF file with a header
     assert len(sick) == 5 and sick.gold[-1] == 2.5 and sick.sent2[-1] == "sick other"
-    assert sts.load_sick(tree, "trial").sent1[0].startswith("sicktrial")
+    assert tasks.load_sick(tree, "trial").sent1[0].startswith("sicktrial")
 
 
 def test_evaluate_all_vs_wmean_and_one_encode_call(tree):
@@ -104,7 +105,7 @@ def test_evaluate_all_vs_wmean_and_one_encode_call(tree):
     assert len(calls) == 1
     sent = calls[0]
     assert len(sent) == len(set(sent)) == res["n_sentences"]
-    loaded = {t: sts.load_task(tree, t) for t in sts.STS_TASKS}
+    loaded = {t: tasks.load_sts_task(tree, t) for t in sts.STS_TASKS}
     assert set(sent) == {s for subs in loaded.values() for sub in subs for s in sub.sent1 + sub.sent2}
 
     for task, subs in loaded.items():
@@ -129,7 +130,7 @@ def test_task_selection_and_dev_metric(tree):
     calls = []
     res = sts.evaluate_sts(lambda s: calls.append(s) or fake_encode(s), tree, tasks=["STSBenchmark"])
     assert list(res["scores"]) == ["STS-B"] and len(calls) == 1
-    dev = sts.stsb_dev(tree)
+    dev = tasks.stsb_dev(tree)
     calls.clear()
     val = sts.spearman_on_subset(lambda s: calls.append(s) or fake_encode(s), dev)
     assert len(calls) == 1 and len(calls[0]) == len(set(dev.sent1 + dev.sent2))
@@ -145,21 +146,21 @@ def test_data_errors(tree):
         sts.evaluate_sts(fake_encode, tree)
     (tree / "SICK" / "SICK_test_annotated.txt").unlink()
     with pytest.raises(DataError, match="SICK_test_annotated.txt"):
-        sts.load_sick(tree)
+        tasks.load_sick(tree)
     gs = tree / "STS" / "STS12-en-test" / "STS.gs.MSRvid.txt"
     write(gs, ["1.0", "oops", "2.0", "3.0"])
     with pytest.raises(DataError, match=r"STS.gs.MSRvid.txt, line 2"):
-        sts.load_sts_year(tree, "STS12")
+        tasks.load_sts_year(tree, "STS12")
     write(gs, ["1.0", "2.0"])
     with pytest.raises(DataError, match="truncated"):
-        sts.load_sts_year(tree, "STS12")
+        tasks.load_sts_year(tree, "STS12")
     bad = tree / "STS" / "STSBenchmark" / "sts-dev.csv"
     write(bad, ["a\tb\tc\td\t1.0\tonly one sentence"])
     with pytest.raises(DataError, match=r"sts-dev.csv, line 1"):
-        sts.stsb_dev(tree)
+        tasks.stsb_dev(tree)
     bad.write_bytes(b"a\tb\tc\td\t1.0\tx\xff\ty\n")
     with pytest.raises(DataError, match="not valid UTF-8"):
-        sts.stsb_dev(tree)
+        tasks.stsb_dev(tree)
 
 
 REAL = find_shared_data() / "senteval" if find_shared_data() else None
@@ -170,17 +171,17 @@ needs_real = pytest.mark.skipif(REAL is None, reason="real SentEval tree not fou
 @needs_real
 def test_real_tree_sizes():
     """Test-set sizes from METHODS.md section 6."""
-    sizes = {t: sum(len(s) for s in sts.load_task(REAL, t)) for t in sts.STS_TASKS}
+    sizes = {t: sum(len(s) for s in tasks.load_sts_task(REAL, t)) for t in sts.STS_TASKS}
     assert sizes == {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
                      "STSBenchmark": 1379, "SICKRelatedness": 4927}
-    assert len(sts.stsb_dev(REAL)) == 1500
+    assert len(tasks.stsb_dev(REAL)) == 1500
 
 
 @needs_real
 def test_minilm_matches_mteb():
     """Outside check: all-MiniLM-L6-v2, mean pooling, must reproduce MTEB's published numbers."""
     # Our own inference path (length-sorted, dynamic padding), with mean pooling like MTEB's.
-    encoder = load_encoder(resolve_model("all-MiniLM-L6-v2"), pooler="avg", mlp_head=False)
+    encoder = load_encoder(resolve_model("all-MiniLM-L6-v2"), pooler="avg")
 
     def encode(sentences):
         return encoder.encode(sentences, batch_size=64, max_len=256)

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from cselab.errors import ConfigError, DataError
-from cselab.subsample import STRATEGIES, expand_corpus, subsamples
+from cselab.data.subsample import STRATEGIES, expand_corpus, subsamples
 
 
 def word_units(text):

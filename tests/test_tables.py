@@ -3,8 +3,9 @@
 import pandas as pd
 import pytest
 
-from cselab.published import STS_COLUMNS, lookup
-from cselab.tables import score_table, to_markdown
+from cselab.evaluation.sts import STS_COLUMNS
+from cselab.reporting.published import lookup
+from cselab.reporting.tables import score_table, to_markdown
 
 
 def row(name, method, objective, options, seed, base, model="bert-base-uncased"):

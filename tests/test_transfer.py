@@ -1,5 +1,6 @@
-"""SentEval transfer tasks: loaders on trimmed copies of the real files, the CV protocol on
-synthetic features, MRPC features, and one end-to-end run with a counting encoder."""
+"""SentEval transfer tasks: loaders on trimmed copies of the real files, the protocols with both
+classifiers on synthetic features, SentEval's PyTorch classifier against a direct port of its
+training loop, MRPC features, and end-to-end runs with a counting encoder."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cselab import transfer as T
+import torch
+
+from cselab.data import tasks as D
 from cselab.errors import ConfigError, DataError
-from cselab.published_transfer import AVG_MISMATCH, ENTRIES, TRANSFER_COLUMNS
+from cselab.evaluation import transfer as T
 from tests.helpers import find_shared_data
 
 TASK_FILES = {
@@ -58,7 +61,7 @@ def hash_encode(sentences: list[str], dim: int = 32) -> np.ndarray:
 
 @pytest.mark.parametrize("task", ["MR", "CR", "SUBJ", "MPQA"])
 def test_binary_loader(trimmed, task):
-    data = T.load_binary(trimmed, task)
+    data = D.load_binary(trimmed, task)
     assert len(data) == 2 * N_LINES and len(data.sentences) == len(data.labels)
     assert data.labels.dtype.kind == "i"
     assert np.bincount(data.labels).tolist() == [N_LINES, N_LINES]
@@ -68,7 +71,7 @@ def test_binary_loader(trimmed, task):
 
 
 def test_subj_objective_is_label_one(trimmed):
-    data = T.load_binary(trimmed, "SUBJ")
+    data = D.load_binary(trimmed, "SUBJ")
     first = (trimmed / "SUBJ" / "subj.objective").read_text(encoding="latin-1").splitlines()[0]
     assert data.sentences[0] == " ".join(first.split()) and data.labels[0] == 1
 
@@ -77,14 +80,14 @@ def test_binary_blank_lines_kept_as_in_senteval(tmp_path):
     (tmp_path / "CR").mkdir()
     (tmp_path / "CR" / "custrev.pos").write_text("good  one .\n\nfine\n\n")
     (tmp_path / "CR" / "custrev.neg").write_bytes(b"bad caf\xe9 \n")
-    data = T.load_binary(tmp_path, "CR")
+    data = D.load_binary(tmp_path, "CR")
     # splitlines() keeps the inner blank line and the empty last line; latin-1 decoding.
     assert data.sentences == ["good one .", "", "fine", "", "bad café"]
     assert data.labels.tolist() == [1, 1, 1, 1, 0]
 
 
 def test_sst2_loader(trimmed):
-    data = T.load_sst2(trimmed)
+    data = D.load_sst2(trimmed)
     for part in (data.train, data.dev, data.test):
         assert len(part) == N_LINES
         assert set(part.labels.tolist()) == {0, 1}
@@ -94,19 +97,19 @@ def test_sst2_loader(trimmed):
 
 
 def test_trec_loader_coarse_labels_latin1(trimmed):
-    data = T.load_trec(trimmed)
+    data = D.load_trec(trimmed)
     assert len(data.train) == 70 and len(data.test) == N_LINES
     assert set(data.train.labels.tolist()) <= set(range(6))
     assert data.test.sentences[0] == "How far is it from Denver to Aspen ?"  # "NUM:dist" dropped
-    assert data.test.labels[0] == T.TREC_LABELS["NUM"]
+    assert data.test.labels[0] == D.TREC_LABELS["NUM"]
     assert data.train.sentences[0] == "How did serfdom develop in and then leave Russia ?"
-    assert data.train.labels[0] == T.TREC_LABELS["DESC"]
+    assert data.train.labels[0] == D.TREC_LABELS["DESC"]
     assert any("sister\u00f0city" in s for s in data.train.sentences)  # byte 0xF0 read as latin-1
     assert not any(":" in s.split()[0] for s in data.train.sentences)
 
 
 def test_mrpc_loader(trimmed):
-    data = T.load_mrpc(trimmed)
+    data = D.load_mrpc(trimmed)
     for part in (data.train, data.test):
         assert len(part) == N_LINES - 1  # header skipped
         assert len(part.sent1) == len(part.sent2) == len(part.labels)
@@ -125,7 +128,7 @@ def test_missing_file_names_it(trimmed, tmp_path, task, missing):
     shutil.copytree(trimmed, root)
     (root / missing).unlink()
     with pytest.raises(DataError, match=missing.split("/")[-1]) as e:
-        T.load_task(root, task)
+        D.load_transfer_task(root, task)
     assert "download" in str(e.value)
 
 
@@ -135,16 +138,16 @@ def test_corrupt_lines_name_file_and_line(tmp_path):
         (tmp_path / "SST" / "binary" / f"sentiment-{split}").write_text("good .\t1\nbad .\t0\n")
     (tmp_path / "SST" / "binary" / "sentiment-dev").write_text("good .\t1\nbad .\tneg\n")
     with pytest.raises(DataError, match=r"sentiment-dev, line 2"):
-        T.load_sst2(tmp_path)
+        D.load_sst2(tmp_path)
     (tmp_path / "TREC").mkdir()
     (tmp_path / "TREC" / "train_5500.label").write_text("NUM:dist How far ?\nFOO:bar What ?\n")
     (tmp_path / "TREC" / "TREC_10.label").write_text("NUM:dist How far ?\n")
     with pytest.raises(DataError, match=r"train_5500.label, line 2.*'FOO'"):
-        T.load_trec(tmp_path)
+        D.load_trec(tmp_path)
     (tmp_path / "MRPC").mkdir()
     (tmp_path / "MRPC" / "msr_paraphrase_train.txt").write_text("1\t1\t2\ta b\tc d\n")
     with pytest.raises(DataError, match=r"msr_paraphrase_train.txt, line 1: expected the MRPC header"):
-        T.load_mrpc(tmp_path)
+        D.load_mrpc(tmp_path)
 
 
 def test_unknown_task_and_mode():
@@ -178,36 +181,108 @@ def test_stratified_folds_deterministic_and_stratified():
 
 def test_inner_kfold_separable_and_random():
     X, y = separable()
-    out = T.inner_kfold_cv(X, y, kfold=5, seed=1111, n_jobs=1)
+    clf = T.SklearnLogReg(n_jobs=1)
+    out = T.inner_kfold_cv(X, y, kfold=5, seed=1111, classifier=clf)
     assert out["acc"] >= 99 and len(out["fold_acc"]) == 5 and out["kfold"] == 5
-    assert len(out["C"]) == 5 and set(out["C"]) <= set(T.C_GRID)
-    assert out["not_converged"] == 0
+    assert len(out["reg"]) == 5 and set(out["reg"]) <= set(T.C_GRID)
+    assert clf.not_converged == 0 and (out["y_pred"] == y).mean() >= 0.99
     rng = np.random.default_rng(1)
     Xr, yr = rng.normal(size=(300, 20)), rng.integers(0, 2, 300)
-    rand = T.inner_kfold_cv(Xr, yr, kfold=5, seed=1111, n_jobs=1)
+    rand = T.inner_kfold_cv(Xr, yr, kfold=5, seed=1111, classifier=clf)
     assert 35 <= rand["acc"] <= 65
-    assert set(rand["C"]) <= set(T.C_GRID)
+    assert set(rand["reg"]) <= set(T.C_GRID)
 
 
 def test_inner_kfold_same_result_in_parallel():
     rng = np.random.default_rng(2)
     X = rng.normal(size=(120, 8))
     y = (X[:, 0] + 0.5 * rng.normal(size=120) > 0).astype(int)
-    assert T.inner_kfold_cv(X, y, 3, 1111, n_jobs=1) == T.inner_kfold_cv(X, y, 3, 1111, n_jobs=2)
+    a = T.inner_kfold_cv(X, y, 3, 1111, classifier=T.SklearnLogReg(n_jobs=1))
+    b = T.inner_kfold_cv(X, y, 3, 1111, classifier=T.SklearnLogReg(n_jobs=2))
+    assert a.pop("y_pred").tolist() == b.pop("y_pred").tolist() and a == b
+
+
+SKLEARN = T.SklearnLogReg(n_jobs=1)
 
 
 def test_kfold_then_test_and_split_select():
     X, y = separable(240, classes=6)
-    out = T.kfold_then_test(X[:180], y[:180], X[180:], y[180:], kfold=10, seed=1111, n_jobs=1)
-    assert out["acc"] >= 99 and out["C"] in T.C_GRID_KFOLD and len(out["cv"]) == len(T.C_GRID_KFOLD)
+    out = T.kfold_then_test(X[:180], y[:180], X[180:], y[180:], kfold=10, seed=1111, classifier=SKLEARN)
+    assert out["acc"] >= 99 and out["reg"] in T.C_GRID_KFOLD and len(out["cv"]) == len(T.C_GRID_KFOLD)
     assert len(out["y_pred"]) == 60
     rng = np.random.default_rng(3)
     Xr, yr = rng.normal(size=(400, 10)), rng.integers(0, 2, 400)
-    rand = T.split_select(Xr[:200], yr[:200], Xr[200:300], yr[200:300], Xr[300:], yr[300:], n_jobs=1)
-    assert 35 <= rand["acc"] <= 65 and rand["C"] in T.C_GRID
+    rand = T.split_select(Xr[:200], yr[:200], Xr[200:300], yr[200:300], Xr[300:], yr[300:], classifier=SKLEARN)
+    assert 35 <= rand["acc"] <= 65 and rand["reg"] in T.C_GRID
     Xs, ys = separable(300)
-    sep = T.split_select(Xs[:200], ys[:200], Xs[200:250], ys[200:250], Xs[250:], ys[250:], n_jobs=1)
-    assert sep["acc"] >= 99 and sep["C"] == T.C_GRID[0]  # ties go to the first (as SentEval)
+    sep = T.split_select(Xs[:200], ys[:200], Xs[200:250], ys[200:250], Xs[250:], ys[250:], classifier=SKLEARN)
+    assert sep["acc"] >= 99 and sep["reg"] == T.C_GRID[0]  # ties go to the first (as SentEval)
+
+
+def senteval_reference(X, y, train, dev, reg, optim="adam", batch_size=64, tenacity=5, epoch_size=4,
+                       max_epoch=200, seed=1111):
+    """SentEval's MLP(nhid=0).fit, step by step, for one L2 strength (tools/classifier.py)."""
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(X.shape[1], int(y.max()) + 1)
+    opt = (torch.optim.Adam if optim == "adam" else torch.optim.RMSprop)(model.parameters(), weight_decay=reg)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    Xt, yt = torch.tensor(X, dtype=torch.float32), torch.tensor(y)
+    if dev is None:
+        perm = np.random.permutation(len(train))
+        n_dev = int(0.05 * len(train))
+        dev, train = train[perm[:n_dev]], train[perm[n_dev:]]
+    best, best_state, count, stop, nepoch = -1, None, 0, False, 0
+    while not stop and nepoch <= max_epoch:
+        for _ in range(epoch_size):
+            perm = np.random.permutation(len(train))
+            for i in range(0, len(train), batch_size):
+                idx = torch.from_numpy(train[perm[i:i + batch_size]])
+                loss = loss_fn(model(Xt[idx]), yt[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        nepoch += epoch_size
+        with torch.no_grad():
+            acc = (model(Xt[dev]).argmax(-1) == yt[dev]).float().mean().item()
+        if acc > best:
+            best, best_state = acc, {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            stop = count >= tenacity
+            count += 1
+    model.load_state_dict(best_state)
+    return best, model
+
+
+@pytest.mark.parametrize("mode", ["test", "fast"])
+def test_senteval_classifier_is_senteval_step_by_step(mode):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 12)).astype(np.float32)
+    y = ((X[:, 0] + X[:, 1] ** 2 + rng.normal(size=300)) > 1).astype(np.int64) + (X[:, 2] > 1.2)
+    clf = T.make_classifier("senteval", mode)
+    train, dev, test = np.arange(200), np.arange(200, 250), np.arange(250, 300)
+    for dev_part in (dev, None):
+        accs, (preds,) = clf.fit_predict(X, y, T.L2_GRID, train, dev_part, [test])
+        for r, reg in enumerate(T.L2_GRID):
+            m = T.MODES[mode]
+            best, model = senteval_reference(X, y, train, dev_part, reg, m["optim"], m["batch_size"], m["tenacity"],
+                                             m["epoch_size"])
+            assert accs[r] == pytest.approx(best, abs=1e-6)
+            with torch.no_grad():
+                ref = model(torch.tensor(X[test])).argmax(-1).numpy()
+            assert (preds[r] == ref).mean() >= 0.98  # identical up to float rounding of near-ties
+
+
+def test_protocols_with_the_senteval_classifier():
+    X, y = separable(200)
+    clf = T.make_classifier("senteval", "fast")
+    out = T.inner_kfold_cv(X, y, kfold=5, classifier=clf)
+    assert out["acc"] >= 99 and set(out["reg"]) <= set(T.L2_GRID)
+    X6, y6 = separable(240, classes=6)
+    out = T.kfold_then_test(X6[:180], y6[:180], X6[180:], y6[180:], kfold=5, classifier=clf)
+    assert out["acc"] >= 99 and out["reg"] in T.L2_GRID and len(out["y_pred"]) == 60
+    sep = T.split_select(X[:150], y[:150], X[150:175], y[150:175], X[175:], y[175:], classifier=clf)
+    assert sep["acc"] >= 99 and sep["reg"] == T.L2_GRID[0]
 
 
 def test_senteval_order_sorts_by_tokens_then_label_stably():
@@ -238,23 +313,27 @@ def test_evaluate_transfer_end_to_end(trimmed, mode, k):
         return hash_encode(sentences)
 
     tasks = T.TRANSFER_TASKS if mode == "fast" else ["MR", "MRPC"]
-    out = T.evaluate_transfer(encode, trimmed, tasks=tasks, mode=mode, n_jobs=1)
+    out = T.evaluate_transfer(encode, trimmed, tasks=tasks, mode=mode, classifier="sklearn", n_jobs=1)
     assert len(calls) == 1 and len(calls[0]) == len(set(calls[0])) == out["n_sentences"]
     assert out["mode"] == mode and out["kfold"] == k
     assert list(out["scores"]) == tasks
     assert out["avg"] == pytest.approx(np.mean(list(out["scores"].values())))
     for task in tasks:
         res = out["tasks"][task]
-        assert 0 <= res["acc"] <= 100 and res["n"] > 0 and "C" in res
-    assert len(out["tasks"]["MR"]["C"]) == k and len(out["tasks"]["MR"]["fold_acc"]) == k
+        assert 0 <= res["acc"] <= 100 and res["n"] > 0 and "reg" in res
+        gold, pred = out["pairs"][task]
+        assert len(gold) == len(pred) and round(100 * float(np.mean(gold == pred)), 1) == pytest.approx(
+            res["acc"], abs=1.0)  # binary tasks: the mean of fold accuracies
+    assert len(out["tasks"]["MR"]["reg"]) == k and len(out["tasks"]["MR"]["fold_acc"]) == k
     assert out["tasks"]["MR"]["n"] == 2 * N_LINES
     assert out["tasks"]["MRPC"]["n"] == N_LINES - 1 and 0 <= out["tasks"]["MRPC"]["f1"] <= 100
-    assert out["tasks"]["MRPC"]["C"] in T.C_GRID_KFOLD
+    assert out["tasks"]["MRPC"]["reg"] in T.C_GRID_KFOLD
     if mode == "fast":
-        assert out["tasks"]["SST2"]["n"] == N_LINES and out["tasks"]["SST2"]["C"] in T.C_GRID
+        assert out["tasks"]["SST2"]["n"] == N_LINES and out["tasks"]["SST2"]["reg"] in T.C_GRID
         assert out["tasks"]["TREC"]["n"] == N_LINES
         # deterministic with the seed
-        again = T.evaluate_transfer(hash_encode, trimmed, tasks=["MR"], mode=mode, n_jobs=1)
+        again = T.evaluate_transfer(hash_encode, trimmed, tasks=["MR"], mode=mode, classifier="sklearn",
+                                    n_jobs=1)
         assert again["tasks"]["MR"]["fold_acc"] == out["tasks"]["MR"]["fold_acc"]
 
 
@@ -263,25 +342,13 @@ def test_encode_shape_is_checked(trimmed):
         T.evaluate_transfer(lambda s: np.zeros((len(s) - 1, 4)), trimmed, tasks=["CR"], mode="fast")
 
 
-# ------------------------------------------------------------------------------- published
-
-@pytest.mark.parametrize("key", sorted(ENTRIES))
-def test_published_avg_is_mean_of_scores(key):
-    assert ENTRIES[key]
-    for entry in ENTRIES[key]:
-        assert set(entry) == {"model", "objective", "options", "row", "scores"}
-        assert list(entry["scores"]) == TRANSFER_COLUMNS + ["Avg"]
-        if (*key, entry["model"], entry["row"]) in AVG_MISMATCH:
-            continue  # the paper's own Avg disagrees; kept as printed
-        mean = np.mean([entry["scores"][c] for c in TRANSFER_COLUMNS])
-        assert abs(mean - entry["scores"]["Avg"]) <= 0.02, (key, entry["row"])
-
-
-def test_published_has_simcse_and_own_method_per_plm():
-    own = {("diffcse", "table2"): "diffcse", ("infocse", "table10"): "infocse",
-           ("paradigm", "table4"): "paradigm-"}
-    for key, entries in ENTRIES.items():
-        for model in {e["model"] for e in entries}:
-            objectives = [e["objective"] for e in entries if e["model"] == model]
-            assert "simcse" in objectives
-            assert any(o.startswith(own[key]) for o in objectives)
+def test_evaluate_transfer_with_senteval_classifier(trimmed):
+    out = T.evaluate_transfer(hash_encode, trimmed, tasks=["CR", "SST2", "TREC"], mode="fast")
+    assert out["classifier"] == "senteval"
+    for task in ("CR", "SST2", "TREC"):
+        assert 0 <= out["scores"][task] <= 100 and out["tasks"][task]["reg"] is not None
+    assert set(out["tasks"]["CR"]["reg"]) <= set(T.L2_GRID)
+    again = T.evaluate_transfer(hash_encode, trimmed, tasks=["CR"], mode="fast")
+    assert again["scores"]["CR"] == out["scores"]["CR"]  # seeded: deterministic
+    with pytest.raises(ConfigError, match="classifier 'liblinear'"):
+        T.evaluate_transfer(hash_encode, trimmed, tasks=["CR"], classifier="liblinear")

@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
 EVALS = ["evaluate_sts", "evaluate_transfer", "evaluate_beir", "evaluate_stsb_retrieval", "evaluate_geometry"]
 RULES = {"prepare_corpus", "prepare_senteval", "prepare_beir", "prepare_stsb_retrieval", "resolve_plm", "train",
-         "table", *EVALS}
-TABLES = ["table1", "table_transfer", "table_beir", "table_retrieval", "table_geometry"]
+         "table", *EVALS, "evaluate_stsb_dev"}
+TABLES = ["table1", "table_transfer", "table_beir", "table_retrieval", "table_geometry", "table_methods"]
 IDS = ["untrained-tiny", "simcse-tiny", "compcse-tiny"]
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, **(env or {})}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
@@ -49,7 +49,8 @@ def write_config(workdir: Path, **patch) -> None:
         "experiments": {"untrained-tiny": {"plm": "tiny", "method": "untrained"},
                         "simcse-tiny": {"plm": "tiny", "method": "simcse"},
                         "compcse-tiny": {"plm": "tiny", "method": "compcse"}},
-        "tables": {name: {"experiments": IDS} for name in TABLES},
+        "tables": {**{name: {"experiments": IDS} for name in TABLES[:-1]},
+                   "table_methods": {"kind": "methods", "plm": "tiny", "title": "every method, one protocol"}},
     }
     for section, values in patch.items():
         cfg[section] = {**cfg.get(section, {}), **values}
@@ -67,7 +68,7 @@ def workflow_run(tmp_path_factory):
     make_corpus(workdir / "data" / "corpus.txt", 300)
     make_tiny_bert(workdir / "tiny-bert")
     write_config(workdir)
-    one_thread = [f"{rule}=1" for rule in ["train", *EVALS]]  # tiny model: run two jobs at a time
+    one_thread = [f"{rule}=1" for rule in ["train", *EVALS, "evaluate_stsb_dev"]]  # tiny model: run two jobs at a time
     proc = snakemake(workdir, "--cores", "2", "--set-threads", *one_thread, "--",
                      *[f"results/{t}.csv" for t in TABLES])
     return workdir, proc
@@ -105,10 +106,18 @@ def test_mlflow_has_one_run_per_job(workflow_run):
         by_rule.setdefault(tags["rule"], []).append(run)
     assert set(by_rule) == RULES
     assert len(by_rule["train"]) == 2 and all(len(by_rule[r]) == 3 for r in EVALS)
-    assert len(by_rule["table"]) == len(TABLES) and len(runs) == 5 + 2 + 3 * len(EVALS) + len(TABLES)
+    assert len(by_rule["evaluate_stsb_dev"]) == 2  # the methods table's STS-B dev column
+    assert len(by_rule["table"]) == len(TABLES) and len(runs) == 5 + 2 + 3 * len(EVALS) + 2 + len(TABLES)
+    # every run: its rule's own script as source, one invocation id for the whole snakemake call
+    assert {r.data.tags["snakemake.invocation"] for r in runs} == {runs[0].data.tags["snakemake.invocation"]}
+    for run in runs:
+        script = {"evaluate_beir": "evaluate_retrieval", "evaluate_stsb_retrieval": "evaluate_retrieval"}.get(
+            run.data.tags["rule"], run.data.tags["rule"])
+        assert run.data.tags["mlflow.source.name"] == f"workflow_scripts/{script}.py"
     for run in by_rule["train"]:
         assert run.data.tags["experiment_id"] in {"simcse-tiny-s42", "compcse-tiny-s42"}
         assert len(client.get_metric_history(run.info.run_id, "loss")) == 4
+        assert len(client.get_metric_history(run.info.run_id, "loss.contrastive")) == 4
         assert len(client.get_metric_history(run.info.run_id, "lr")) == 4
         assert len(client.get_metric_history(run.info.run_id, "stsb_dev_spearman")) == 3
         assert run.data.params["training.batch_size"] == "16"
@@ -132,6 +141,20 @@ def test_other_tables(workflow_run):
     assert transfer[["MR", "SUBJ", "MPQA"]].to_numpy().min() > 0
     geometry = pd.read_csv(workdir / "results" / "table_geometry.csv")
     assert (geometry["alignment"] >= 0).all() and (geometry["uniformity"] <= 0).all()
+
+
+def test_methods_table_compares_every_method_under_one_protocol(workflow_run):
+    workdir, _ = workflow_run
+    df = pd.read_csv(workdir / "results" / "table_methods.csv")
+    assert list(df["experiment"]) == ["simcse-tiny", "compcse-tiny"]  # the table1 experiments: same settings
+    for col in TASKS + ["STS avg", "STS-B dev", "transfer avg"]:
+        assert df[col].notna().all()
+    comp = df.iloc[1]
+    assert comp["baseline"] == "simcse-tiny"
+    for prefix in ("sts_", "dev_", "transfer_"):
+        assert comp[f"{prefix}diff_ci_low"] <= comp[f"{prefix}diff"] <= comp[f"{prefix}diff_ci_high"]
+    md = (workdir / "results" / "table_methods.md").read_text()
+    assert "vs SimCSE: STS avg [CI]" in md and "vs SimCSE: transfer avg [CI]" in md
 
 
 def test_rerun_and_evaluation_change_never_retrain(workflow_run):

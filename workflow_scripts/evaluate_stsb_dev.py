@@ -1,5 +1,5 @@
-"""Snakemake script: runs cselab.workflow.evaluate_stsb_dev; all logic lives in the library."""
+"""Snakemake script: runs the evaluate_stsb_dev job of cselab.pipeline.jobs; all logic lives in the library."""
 import cselab_path  # noqa: F401  (repository root on sys.path)
-from cselab.workflow import main
+from cselab.pipeline.jobs import main
 
 main(snakemake, "evaluate_stsb_dev")  # noqa: F821 (injected by Snakemake)

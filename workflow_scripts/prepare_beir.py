@@ -1,5 +1,5 @@
-"""Snakemake script: runs cselab.workflow.prepare_beir; all logic lives in the library."""
+"""Snakemake script: runs the prepare_beir job of cselab.pipeline.jobs; all logic lives in the library."""
 import cselab_path  # noqa: F401  (repository root on sys.path)
-from cselab.workflow import main
+from cselab.pipeline.jobs import main
 
 main(snakemake, "prepare_beir")  # noqa: F821 (injected by Snakemake)

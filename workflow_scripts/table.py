@@ -1,5 +1,5 @@
-"""Snakemake script: runs cselab.workflow.table; all logic lives in the library."""
+"""Snakemake script: runs the table job of cselab.pipeline.jobs; all logic lives in the library."""
 import cselab_path  # noqa: F401  (repository root on sys.path)
-from cselab.workflow import main
+from cselab.pipeline.jobs import main
 
 main(snakemake, "table")  # noqa: F821 (injected by Snakemake)

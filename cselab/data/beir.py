@@ -1,0 +1,420 @@
+"""BEIR datasets (Thakur et al., 2021) and the STS-B in-domain retrieval task in BEIR's layout.
+
+:func:`prepare_beir` locates (a local directory, used in place) or downloads and safely
+extracts (the BEIR zip) one dataset, verifies it and writes a manifest; :func:`load_beir` reads
+``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` as BEIR's ``GenericDataLoader``
+does (only queries that have qrels are kept); :func:`stsb_retrieval_dataset` writes the STS-B
+test retrieval task of DiffCSE and InfoCSE (section 6.2 of each) in the same layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import stat
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from cselab.data.download import extract_once, fetch
+from cselab.errors import DataError
+from cselab.io import write_json, write_text
+
+QRELS_HEADER = ["query-id", "corpus-id", "score"]
+
+#: Qrels that point at a document or query absent from the dataset, in the official zips
+#: (upstream defects, not download errors). ArguAna's test qrels name one argument that is not
+#: in its corpus (beir-cellar/beir issues #101, #172); pytrec_eval still counts it as relevant,
+#: exactly as in BEIR. Other datasets must be consistent unless ``max_dangling_qrels`` says so.
+KNOWN_DANGLING_QRELS = {"arguana": 1}
+
+_CHUNK = 1 << 20
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def _safe_extract_zip(zip_path: Path, dest: Path) -> None:
+    """Extract ``zip_path`` into ``dest``; reject absolute, ``..``, drive-letter and symlink
+    members, and turn a corrupt or truncated archive (bad header, bad CRC) into DataError."""
+    fix = "delete it and re-run to download it again, or set the local path to an unpacked copy"
+    dest = Path(dest)
+    root = dest.resolve()
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            infos = zf.infolist()
+            for info in infos:
+                name = info.filename
+                parts = [p for p in re.split(r"[\\/]", name) if p]
+                if (name.startswith(("/", "\\")) or _DRIVE.match(name) or ".." in parts
+                        or not parts):
+                    raise DataError(
+                        f"{zip_path} contains an unsafe member {name!r} (absolute path or '..'); "
+                        f"refusing to extract it. Delete {zip_path} and re-download it from a "
+                        "trusted source."
+                    )
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    raise DataError(
+                        f"{zip_path} contains a symbolic link {name!r}; refusing to extract it. "
+                        f"Delete {zip_path} and re-download it from a trusted source."
+                    )
+            for info in infos:
+                target = dest.joinpath(*[p for p in re.split(r"[\\/]", info.filename) if p])
+                if root not in target.resolve().parents and target.resolve() != root:
+                    raise DataError(f"{zip_path} member {info.filename!r} escapes {dest}; {fix}.")
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out, _CHUNK)
+    except DataError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
+        raise DataError(f"{zip_path} is corrupt or not a zip archive ({e}); {fix}.") from e
+    except OSError as e:
+        raise DataError(
+            f"Cannot extract {zip_path} into {dest}: {e}; free disk space or fix permissions, "
+            "then re-run."
+        ) from e
+
+
+
+def _is_dataset_dir(d: Path) -> bool:
+    return (d / "corpus.jsonl").is_file() or (d / "queries.jsonl").is_file()
+
+
+def beir_subsets(root: str | Path) -> list[Path]:
+    """The BEIR dataset folders under ``root``: ``[root]`` for an ordinary dataset, or the
+    sub-datasets of a split one (cqadupstack: one folder per StackExchange forum, each a full
+    BEIR dataset whose nDCG@10 is averaged). Empty if ``root`` holds neither."""
+    root = Path(root)
+    if _is_dataset_dir(root):
+        return [root]
+    return sorted(d for d in root.iterdir() if d.is_dir() and _is_dataset_dir(d)) if root.is_dir() else []
+
+
+def _find_root(base: Path, name: str) -> Path | None:
+    """The dataset root under an extracted or local tree: ``base``, ``base/<name>`` or the only
+    sub-folder, whichever holds corpus.jsonl; failing that, the first of them holding
+    sub-datasets (cqadupstack)."""
+    candidates = [base, base / name]
+    if base.is_dir():
+        subdirs = [d for d in base.iterdir() if d.is_dir() and not d.name.startswith(("_", "."))]
+        if len(subdirs) == 1:
+            candidates.append(subdirs[0])
+    for c in candidates:
+        if c.is_dir() and _is_dataset_dir(c):
+            return c
+    for c in candidates[1:] + candidates[:1]:
+        if c.is_dir() and beir_subsets(c):
+            return c
+    return None
+
+
+def _iter_jsonl(path: Path, kind: str, fix: str, hasher=None) -> Iterator[dict]:
+    """Yield validated records ``{"_id", "text", "title"}`` of a corpus or queries file."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if hasher is not None:
+                hasher.update(raw)
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise DataError(f"BEIR {kind} file {path}, line {lineno}: not valid JSON ({e}); "
+                                f"the file is corrupt or truncated: {fix}.") from None
+            if not isinstance(obj, dict) or "_id" not in obj:
+                raise DataError(f"BEIR {kind} file {path}, line {lineno}: no \"_id\" field; "
+                                f"not a BEIR {kind} file: {fix}.")
+            text, title = obj.get("text"), obj.get("title", "")
+            if not isinstance(text, str) or not isinstance(title, (str, type(None))):
+                raise DataError(f"BEIR {kind} file {path}, line {lineno}: \"text\" (and \"title\") "
+                                f"must be strings; not a BEIR {kind} file: {fix}.")
+            yield {"_id": str(obj["_id"]), "text": text, "title": title or "",
+                   "metadata": obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}}
+
+
+def _iter_qrels(path: Path, fix: str, hasher=None) -> Iterator[tuple[int, str, str, int]]:
+    """Yield ``(lineno, query_id, corpus_id, score)`` of a qrels TSV after checking its header."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if hasher is not None:
+                hasher.update(raw)
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise DataError(f"BEIR qrels file {path}, line {lineno}: not UTF-8; {fix}.") from None
+            if lineno == 1:
+                if line.split("\t") != QRELS_HEADER:
+                    raise DataError(f"BEIR qrels file {path}: line 1 must be the header "
+                                    f"{chr(9).join(QRELS_HEADER)!r}, got {line[:80]!r}; {fix}.")
+                continue
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) != 3:
+                raise DataError(f"BEIR qrels file {path}, line {lineno}: expected 3 tab-separated "
+                                f"fields (query-id, corpus-id, score), found {len(fields)}; {fix}.")
+            try:
+                score = int(fields[2])
+            except ValueError:
+                raise DataError(f"BEIR qrels file {path}, line {lineno}: score {fields[2]!r} is not "
+                                f"an integer; {fix}.") from None
+            yield lineno, fields[0], fields[1], score
+
+
+def _verify_dataset(root: Path, split: str, fix: str, rel_prefix: str) -> dict:
+    """Check one BEIR dataset folder; return its files' digests, counts and dangling qrels."""
+    paths = {"corpus.jsonl": root / "corpus.jsonl", "queries.jsonl": root / "queries.jsonl",
+             f"qrels/{split}.tsv": root / "qrels" / f"{split}.tsv"}
+    for rel, p in paths.items():
+        if not p.is_file():
+            raise DataError(f"BEIR file {p} is missing; {fix}.")
+        if p.stat().st_size == 0:
+            raise DataError(f"BEIR file {p} is empty; {fix}.")
+    files: dict[str, dict] = {}
+    ids: dict[str, set[str]] = {}
+    for rel, kind in (("corpus.jsonl", "corpus"), ("queries.jsonl", "queries")):
+        h = hashlib.sha256()
+        ids[kind] = {rec["_id"] for rec in _iter_jsonl(paths[rel], kind, fix, h)}
+        if not ids[kind]:
+            raise DataError(f"BEIR {kind} file {paths[rel]} has no records; {fix}.")
+        files[rel_prefix + rel] = {"sha256": h.hexdigest(), "bytes": paths[rel].stat().st_size}
+    qrels_path = paths[f"qrels/{split}.tsv"]
+    h = hashlib.sha256()
+    n_qrels, qrel_queries, dangling = 0, set(), []
+    for lineno, qid, did, _ in _iter_qrels(qrels_path, fix, h):
+        n_qrels += 1
+        if qid not in ids["queries"]:
+            dangling.append(f"{qrels_path.name}:{lineno}: query {qid!r} not in {paths['queries.jsonl']}")
+        elif did not in ids["corpus"]:
+            dangling.append(f"{qrels_path.name}:{lineno}: document {did!r} not in {paths['corpus.jsonl']}")
+        if qid in ids["queries"]:
+            qrel_queries.add(qid)
+    if n_qrels == 0:
+        raise DataError(f"BEIR qrels file {qrels_path} has a header but no judgements; {fix}.")
+    files[rel_prefix + f"qrels/{split}.tsv"] = {"sha256": h.hexdigest(), "bytes": qrels_path.stat().st_size}
+    counts = {"docs": len(ids["corpus"]), "queries": len(ids["queries"]), "qrels": n_qrels,
+              "queries_with_qrels": len(qrel_queries)}
+    return {"files": files, "counts": counts, "dangling": dangling, "qrels_path": qrels_path}
+
+
+def prepare_beir(
+    name: str,
+    *,
+    url: str | None = None,
+    path: str | Path | None = None,
+    out_dir: Path,
+    manifest: Path,
+    download_dir: Path,
+    split: str = "test",
+    sha256: str | None = None,
+    max_dangling_qrels: int | None = None,
+) -> dict:
+    """Locate or download one BEIR dataset, verify it, and write a JSON ``manifest``.
+
+    ``path`` (a local directory holding ``corpus.jsonl``, ``queries.jsonl`` and
+    ``qrels/<split>.tsv``, or their parent folder ``<name>/``) wins and is used in place, never
+    copied. Otherwise the zip (``url``, the config's ``data.beir.url`` for ``name``) is fetched into
+    ``download_dir`` (optionally pinned by ``sha256``) and safely extracted into ``out_dir``
+    (re-extracted only when the archive changes). cqadupstack's zip holds one BEIR dataset per
+    forum: each is verified and listed under ``subsets``.
+
+    Checks: the three files exist and are non-empty; every corpus/query line is JSON with
+    ``_id`` and a string ``text`` (``title`` optional); the qrels start with the header
+    ``query-id corpus-id score`` and have integer scores; every qrel's query and document exist.
+    At most ``max_dangling_qrels`` qrels may point at a missing id (default: 0, or the known
+    upstream count in :data:`KNOWN_DANGLING_QRELS`); they are listed in the manifest.
+
+    Returns (and writes atomically) the manifest::
+
+        {"name", "source", "archive": {"path", "bytes", "sha256"} | None, "root", "split",
+         "files": {relpath: {"sha256", "bytes"}},
+         "counts": {"docs", "queries", "qrels", "queries_with_qrels"},   # summed over subsets
+         "subsets": {forum: counts} (cqadupstack only, else {}),
+         "dangling_qrels": [..]}
+    """
+    archive = None
+    if path:
+        base = Path(path).expanduser().resolve()
+        if not base.is_dir():
+            raise DataError(f"BEIR directory {base} (local path for {name!r}) does not exist; fix the "
+                            "local path or unset it to download the dataset.")
+        root = _find_root(base, name)
+        fix = (f"fix the local copy at {base} (a complete unpacked BEIR {name!r} dataset) or unset "
+               "the local path to download it")
+        if root is None:
+            raise DataError(f"BEIR file {base / 'corpus.jsonl'} is missing (local path for {name!r}); "
+                            f"{fix}.")
+        source = str(base)
+    elif url:
+        zip_path = Path(download_dir) / f"{name}.zip"
+        manual = (f"or download {url} manually, unzip it and set the local path to the folder "
+                  "holding corpus.jsonl")
+        try:
+            got = fetch(url, zip_path, sha256=sha256)
+        except DataError as e:
+            raise DataError(f"{e} Or: {manual}.") from e
+        archive = {"path": got["path"], "bytes": got["bytes"], "sha256": got["sha256"]}
+        out_dir = Path(out_dir)
+        if out_dir.resolve() in zip_path.resolve().parents:
+            raise DataError(f"download_dir {download_dir} is inside out_dir {out_dir}, whose content is "
+                            "replaced on re-extraction; choose separate directories.")
+        extract_once(zip_path, got["sha256"], out_dir, _safe_extract_zip)
+        fix = f"delete {zip_path} and {out_dir} and re-run, {manual}"
+        root = _find_root(out_dir, name)
+        if root is None:
+            raise DataError(f"{zip_path} holds no BEIR dataset (expected {name}/corpus.jsonl, "
+                            f"queries.jsonl, qrels/{split}.tsv); {fix}.")
+        source = url
+    else:
+        raise DataError(f"no source for BEIR dataset {name!r}: set data.beir.url or data.beir.path")
+    root = root.resolve()
+
+    subsets = beir_subsets(root)
+    multi = subsets != [root]
+    files: dict[str, dict] = {}
+    counts = {"docs": 0, "queries": 0, "qrels": 0, "queries_with_qrels": 0}
+    per_subset: dict[str, dict] = {}
+    dangling: list[str] = []
+    for sub in subsets:
+        prefix = f"{sub.name}/" if multi else ""
+        got_sub = _verify_dataset(sub, split, fix, prefix)
+        files.update(got_sub["files"])
+        for key in counts:
+            counts[key] += got_sub["counts"][key]
+        if multi:
+            per_subset[sub.name] = got_sub["counts"]
+        dangling.extend(prefix + d for d in got_sub["dangling"])
+    allowed = KNOWN_DANGLING_QRELS.get(name, 0) if max_dangling_qrels is None else max_dangling_qrels
+    if len(dangling) > allowed:
+        shown = "; ".join(dangling[:3]) + ("; ..." if len(dangling) > 3 else "")
+        where = f"{root}/*/qrels/{split}.tsv" if multi else str(root / "qrels" / f"{split}.tsv")
+        raise DataError(
+            f"BEIR qrels file {where} has {len(dangling)} judgement(s) whose query or document "
+            f"does not exist ({shown}): the dataset is truncated or inconsistent; {fix}. (If this "
+            f"is a known upstream defect of the official release, pass "
+            f"max_dangling_qrels={len(dangling)}.)"
+        )
+    result = {
+        "name": name,
+        "source": source,
+        "archive": archive,
+        "root": str(root),
+        "split": split,
+        "files": files,
+        "counts": counts,
+        "subsets": per_subset,
+        "dangling_qrels": dangling,
+    }
+    write_json(Path(manifest), result)
+    return result
+
+
+
+@dataclass
+class BeirData:
+    """One BEIR dataset in memory (BEIR's ``GenericDataLoader`` layout).
+
+    ``exclude`` maps a query id to document ids that must never be returned for it, beyond the
+    identical-id rule (read from ``queries.jsonl`` ``metadata.exclude_ids``; used by the STS-B
+    in-domain task, whose queries are corpus sentences too). Empty for the official datasets.
+    """
+
+    corpus: dict[str, dict[str, str]]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    exclude: dict[str, list[str]] = field(default_factory=dict)
+
+
+def load_beir(root: str | Path, split: str = "test") -> BeirData:
+    """Read a BEIR dataset folder as BEIR's ``GenericDataLoader.load(split)`` does.
+
+    ``corpus``: id -> ``{"title", "text"}`` (missing title -> ""); ``queries``: id -> text, only
+    queries that have qrels in ``split``; ``qrels``: query id -> {doc id: int score}, all rows
+    (score-0 rows included, as in BEIR; pytrec_eval treats them as non-relevant). Qrels of a
+    query absent from queries.jsonl are dropped (BEIR would fail on them). A doc id absent from
+    the corpus is kept in the qrels, so it still counts as a relevant document (as in BEIR).
+    For cqadupstack call this on each folder of :func:`beir_subsets`.
+    """
+    root = Path(root)
+    fix = "re-run the BEIR prepare step (delete its output first) or fix the local copy"
+    if not (root / "corpus.jsonl").is_file() and beir_subsets(root):
+        raise DataError(f"{root} holds several BEIR sub-datasets ({[p.name for p in beir_subsets(root)]}); "
+                        "load each one (cselab.data.beir.beir_subsets) and average their scores.")
+    for rel in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
+        if not (root / rel).is_file():
+            raise DataError(f"BEIR file {root / rel} is missing; {fix}.")
+    corpus = {r["_id"]: {"title": r["title"], "text": r["text"]}
+              for r in _iter_jsonl(root / "corpus.jsonl", "corpus", fix)}
+    all_queries: dict[str, str] = {}
+    exclude: dict[str, list[str]] = {}
+    for r in _iter_jsonl(root / "queries.jsonl", "queries", fix):
+        all_queries[r["_id"]] = r["text"]
+        ex = r["metadata"].get("exclude_ids")
+        if ex:
+            exclude[r["_id"]] = [str(x) for x in ex]
+    qrels: dict[str, dict[str, int]] = {}
+    for _, qid, did, score in _iter_qrels(root / "qrels" / f"{split}.tsv", fix):
+        if qid in all_queries:
+            qrels.setdefault(qid, {})[did] = score
+    queries = {qid: all_queries[qid] for qid in qrels}
+    exclude = {qid: ex for qid, ex in exclude.items() if qid in queries}
+    return BeirData(corpus, queries, qrels, exclude)
+
+
+
+def stsb_retrieval_dataset(senteval_root: str | Path, out_dir: str | Path) -> Path:
+    """Write the STS-B test in-domain retrieval task (DiffCSE Sec. 6.2 / InfoCSE Sec. 6.2) as a
+    BEIR-format dataset under ``out_dir`` and return ``out_dir``.
+
+    * corpus: the unique sentences of ``sts-test.csv`` (both columns, first-seen order, text as
+      :func:`cselab.data.tasks.load_stsb` normalises it), ids ``s00000``..., empty titles. The real file
+      has 2,758 sentence slots but 2,551 distinct sentences; the papers say "2758 sentences",
+      i.e. they may have kept duplicates, which we cannot (one id per text).
+    * queries: one per pair whose gold score is exactly 5.0 (97 in the real file), id
+      ``q<row>`` (0-based row of sts-test.csv), text = the first sentence. Pairs with the same
+      first sentence stay separate queries (in the real file 9 first sentences occur in two
+      score-5 pairs and 1 in three: 97 queries, 86 distinct texts), as in the papers' 97.
+      Such queries share one ranking, so R@1 cannot exceed 86/97 = 88.66%.
+    * qrels: each query's own second sentence, relevance 1 (only its own pair; the other pair's
+      second sentence is not counted relevant, matching "whether its corresponding s2 is in the
+      top-k").
+    * the query sentence is itself in the corpus: its corpus id is written to the query's
+      ``metadata.exclude_ids``, which :func:`load_beir` reads and :func:`search` masks (score
+      -inf before the top-k), so it is never retrieved and never takes a top-k slot. A pair
+      whose two sentences are identical (none in the real file) is not excluded.
+    """
+    from cselab.data.tasks import load_stsb
+
+    stsb = load_stsb(senteval_root, "test")
+    doc_id: dict[str, str] = {}
+    for a, b in zip(stsb.sent1, stsb.sent2):
+        for s in (a, b):
+            if s not in doc_id:
+                doc_id[s] = f"s{len(doc_id):05d}"
+    queries, qrels = [], []
+    for row, (a, b, g) in enumerate(zip(stsb.sent1, stsb.sent2, stsb.gold)):
+        if float(g) != 5.0:
+            continue
+        qid = f"q{row:04d}"
+        meta = {"exclude_ids": [doc_id[a]] if a != b else [], "pair_row": row}
+        queries.append(json.dumps({"_id": qid, "text": a, "metadata": meta}, ensure_ascii=False))
+        qrels.append(f"{qid}\t{doc_id[b]}\t1")
+    if not queries:
+        raise DataError(f"{Path(senteval_root) / 'STS/STSBenchmark/sts-test.csv'} has no pair with "
+                        "gold score 5.0; it is not the STS-B test file: re-run the SentEval download.")
+    out = Path(out_dir)
+    corpus = "".join(json.dumps({"_id": i, "title": "", "text": s}, ensure_ascii=False) + "\n"
+                     for s, i in doc_id.items())
+    write_text(out / "corpus.jsonl", corpus)
+    write_text(out / "queries.jsonl", "\n".join(queries) + "\n")
+    write_text(out / "qrels" / "test.tsv", "\t".join(QRELS_HEADER) + "\n" + "\n".join(qrels) + "\n")
+    return out
+
+

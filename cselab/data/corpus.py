@@ -1,0 +1,113 @@
+"""The training corpus: downloaded or taken in place, cleaned to one sentence per line."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from cselab.data.download import fetch, url_basename, with_fix
+from cselab.errors import DataError
+from cselab.io import open_atomic, write_json
+
+#: File name of the full SimCSE corpus and its published line count.
+CORPUS_FILENAME = "wiki1m_for_simcse.txt"
+CORPUS_FULL_LINES = 1_000_000
+
+
+def prepare_corpus(
+    *,
+    url: str | None,
+    path: str | None,
+    out_txt: Path,
+    manifest: Path,
+    max_lines: int | None = None,
+    sha256: str | None = None,
+    download_dir: Path,
+) -> dict:
+    """Write a clean one-sentence-per-line corpus to ``out_txt`` and a JSON ``manifest``.
+
+    ``path`` (a local file) wins over ``url`` (downloaded into ``download_dir``; ``sha256``, if
+    given, pins the download only). Lines lose their trailing newline; empty and whitespace-only
+    lines are dropped; with ``max_lines`` only the first ``max_lines`` remaining lines are kept.
+    The full SimCSE corpus (downloaded, uncapped) must have 1,000,000 lines.
+
+    Returns the manifest: ``source, source_sha256, source_lines, out, out_lines, out_sha256,
+    max_lines``.
+    """
+    if max_lines is not None and max_lines <= 0:
+        raise DataError(f"data.corpus.max_lines must be a positive integer or null, got {max_lines!r}.")
+    if path:
+        src = Path(path).expanduser().resolve()
+        if not src.is_file():
+            raise DataError(
+                f"Corpus file {src} does not exist (data.corpus.path); fix data.corpus.path or "
+                "unset it to download data.corpus.url."
+            )
+        if src.stat().st_size == 0:
+            raise DataError(
+                f"Corpus file {src} is empty (data.corpus.path); point data.corpus.path at the real "
+                "corpus (one sentence per line)."
+            )
+        source = str(src)
+    elif url:
+        try:
+            got = fetch(url, Path(download_dir) / url_basename(url), sha256=sha256)
+        except DataError as e:
+            raise with_fix(e, url, "data.corpus.path=/path/to/wiki1m_for_simcse.txt") from e
+        src = Path(got["path"])
+        source = url
+    else:
+        raise DataError("No corpus given: set data.corpus.url or data.corpus.path.")
+
+    src_hash, out_hash = hashlib.sha256(), hashlib.sha256()
+    source_lines = out_lines = 0
+    with open(src, "rb") as f, open_atomic(out_txt, "wb") as out:
+        for raw in f:
+            src_hash.update(raw)
+            source_lines += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"Corpus file {src} is not valid UTF-8 (line {source_lines}: {e.reason}); "
+                                "re-download it or convert it to UTF-8.") from e
+            line = line.rstrip("\r\n")
+            if not line.strip() or (max_lines is not None and out_lines >= max_lines):
+                continue
+            data = (line + "\n").encode("utf-8")
+            out.write(data)
+            out_hash.update(data)
+            out_lines += 1
+        if out_lines == 0:
+            raise DataError(f"Corpus file {src} has no non-empty lines; point data.corpus.path/url at the real corpus.")
+        if url and not path and max_lines is None and url_basename(url) == CORPUS_FILENAME \
+                and source_lines != CORPUS_FULL_LINES:
+            raise DataError(f"Corpus file {src} has {source_lines} lines, expected {CORPUS_FULL_LINES}: "
+                            f"truncated or corrupt download, delete {src} and re-run.")
+    result = {
+        "source": source,
+        "source_sha256": src_hash.hexdigest(),
+        "source_lines": source_lines,
+        "out": str(out_txt),
+        "out_lines": out_lines,
+        "out_sha256": out_hash.hexdigest(),
+        "max_lines": max_lines,
+    }
+    write_json(manifest, result)
+    return result
+
+
+def read_sentences(path: Path, min_lines: int = 1) -> list[str]:
+    """A corpus's sentences, one per line (newline stripped, blank lines skipped). Shared by the
+    training loop and the segmenter; imports no torch (the spans environment has none).
+    Fewer than ``min_lines`` sentences is a :class:`DataError` (contrastive training needs 2)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"training corpus {path} does not exist; run the prepare_corpus step first")
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in (raw.rstrip("\n") for raw in f) if line.strip()]
+    if not lines:
+        raise DataError(f"training corpus {path} has no non-empty line (check data.corpus.path / max_lines)")
+    if len(lines) < min_lines:
+        raise DataError(f"training corpus {path} has {len(lines)} non-empty line(s); contrastive training "
+                        f"needs at least {min_lines} (check data.corpus.path / max_lines)")
+    return lines

@@ -1,0 +1,331 @@
+"""SentEval (Conneau & Kiela, 2018) as the papers use it: located or downloaded, extracted once,
+and verified file by file (expected files, published row counts, STS input/gold alignment)."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from cselab.data.download import extract_once, fetch, url_basename, with_fix
+from cselab.errors import DataError
+from cselab.io import write_json
+
+#: STS task names, in the order papers print their STS table.
+STS_TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+#: SentEval's subsets per STS year (STS13 has no SMT input: licence).
+STS_SUBSETS = {
+    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
+    "STS13": ["FNWN", "headlines", "OnWN"],
+    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
+#: Transfer tasks, in the order the papers print their transfer table.
+TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
+KNOWN_TASKS = STS_TASKS + TRANSFER_TASKS
+
+
+def _task_files(task: str) -> list[tuple[str, str]]:
+    """The ``(relpath, kind)`` pairs a task needs; ``kind`` says how its rows are counted."""
+    if task in STS_SUBSETS:
+        folder, subsets = f"STS/{task}-en-test", STS_SUBSETS[task]
+        files = []
+        for s in subsets:
+            files.append((f"{folder}/STS.input.{s}.txt", "sts_input"))
+            files.append((f"{folder}/STS.gs.{s}.txt", "sts_gold"))
+        return files
+    simple: dict[str, tuple[str, list[str], str]] = {
+        "STSBenchmark": ("STS/STSBenchmark", ["sts-train.csv", "sts-dev.csv", "sts-test.csv"], "stsb"),
+        "SICKRelatedness": ("SICK", ["SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"], "sick"),
+        "MR": ("MR", ["rt-polarity.pos", "rt-polarity.neg"], "lines"),
+        "CR": ("CR", ["custrev.pos", "custrev.neg"], "lines"),
+        "SUBJ": ("SUBJ", ["subj.subjective", "subj.objective"], "lines"),
+        "MPQA": ("MPQA", ["mpqa.pos", "mpqa.neg"], "lines"),
+        "SST2": ("SST/binary", ["sentiment-train", "sentiment-dev", "sentiment-test"], "lines"),
+        "TREC": ("TREC", ["train_5500.label", "TREC_10.label"], "lines"),
+        "MRPC": ("MRPC", ["msr_paraphrase_train.txt", "msr_paraphrase_test.txt"], "header"),
+    }
+    folder, names, kind = simple[task]
+    return [(f"{folder}/{n}", kind) for n in names]
+
+
+# Row counts of SentEval's release, per file: STS12-16 gold = scored pairs (non-blank gold
+# lines; per year they sum to the published test sizes 3108, 1500, 3750, 3000, 1186), STS12-16
+# input = all pairs (lines, equal to the gold files' line counts); STS-B, SST, TREC,
+# MR/CR/SUBJ/MPQA = lines per file; SICK, MRPC = lines minus the header. CR (2407 + 1368) and
+# MPQA (3312 + 7294) include the few blank lines those files contain (SentEval keeps them too).
+EXPECTED_COUNTS: dict[str, dict[str, int]] = {
+    "STS12": {
+        "STS/STS12-en-test/STS.input.MSRpar.txt": 750, "STS/STS12-en-test/STS.gs.MSRpar.txt": 750,
+        "STS/STS12-en-test/STS.input.MSRvid.txt": 750, "STS/STS12-en-test/STS.gs.MSRvid.txt": 750,
+        "STS/STS12-en-test/STS.input.SMTeuroparl.txt": 459, "STS/STS12-en-test/STS.gs.SMTeuroparl.txt": 459,
+        "STS/STS12-en-test/STS.input.surprise.OnWN.txt": 750, "STS/STS12-en-test/STS.gs.surprise.OnWN.txt": 750,
+        "STS/STS12-en-test/STS.input.surprise.SMTnews.txt": 399, "STS/STS12-en-test/STS.gs.surprise.SMTnews.txt": 399,
+    },
+    "STS13": {
+        "STS/STS13-en-test/STS.input.FNWN.txt": 189, "STS/STS13-en-test/STS.gs.FNWN.txt": 189,
+        "STS/STS13-en-test/STS.input.headlines.txt": 750, "STS/STS13-en-test/STS.gs.headlines.txt": 750,
+        "STS/STS13-en-test/STS.input.OnWN.txt": 561, "STS/STS13-en-test/STS.gs.OnWN.txt": 561,
+    },
+    "STS14": {
+        "STS/STS14-en-test/STS.input.deft-forum.txt": 450, "STS/STS14-en-test/STS.gs.deft-forum.txt": 450,
+        "STS/STS14-en-test/STS.input.deft-news.txt": 300, "STS/STS14-en-test/STS.gs.deft-news.txt": 300,
+        "STS/STS14-en-test/STS.input.headlines.txt": 750, "STS/STS14-en-test/STS.gs.headlines.txt": 750,
+        "STS/STS14-en-test/STS.input.images.txt": 750, "STS/STS14-en-test/STS.gs.images.txt": 750,
+        "STS/STS14-en-test/STS.input.OnWN.txt": 750, "STS/STS14-en-test/STS.gs.OnWN.txt": 750,
+        "STS/STS14-en-test/STS.input.tweet-news.txt": 750, "STS/STS14-en-test/STS.gs.tweet-news.txt": 750,
+    },
+    "STS15": {
+        "STS/STS15-en-test/STS.input.answers-forums.txt": 2000, "STS/STS15-en-test/STS.gs.answers-forums.txt": 375,
+        "STS/STS15-en-test/STS.input.answers-students.txt": 1500, "STS/STS15-en-test/STS.gs.answers-students.txt": 750,
+        "STS/STS15-en-test/STS.input.belief.txt": 2000, "STS/STS15-en-test/STS.gs.belief.txt": 375,
+        "STS/STS15-en-test/STS.input.headlines.txt": 1500, "STS/STS15-en-test/STS.gs.headlines.txt": 750,
+        "STS/STS15-en-test/STS.input.images.txt": 1500, "STS/STS15-en-test/STS.gs.images.txt": 750,
+    },
+    "STS16": {
+        "STS/STS16-en-test/STS.input.answer-answer.txt": 1572, "STS/STS16-en-test/STS.gs.answer-answer.txt": 254,
+        "STS/STS16-en-test/STS.input.headlines.txt": 1498, "STS/STS16-en-test/STS.gs.headlines.txt": 249,
+        "STS/STS16-en-test/STS.input.plagiarism.txt": 1271, "STS/STS16-en-test/STS.gs.plagiarism.txt": 230,
+        "STS/STS16-en-test/STS.input.postediting.txt": 3287, "STS/STS16-en-test/STS.gs.postediting.txt": 244,
+        "STS/STS16-en-test/STS.input.question-question.txt": 1555, "STS/STS16-en-test/STS.gs.question-question.txt": 209,
+    },
+    "STSBenchmark": {
+        "STS/STSBenchmark/sts-train.csv": 5749,
+        "STS/STSBenchmark/sts-dev.csv": 1500,
+        "STS/STSBenchmark/sts-test.csv": 1379,
+    },
+    "SICKRelatedness": {
+        "SICK/SICK_train.txt": 4500,
+        "SICK/SICK_trial.txt": 500,
+        "SICK/SICK_test_annotated.txt": 4927,
+    },
+    "MR": {"MR/rt-polarity.pos": 5331, "MR/rt-polarity.neg": 5331},
+    "CR": {"CR/custrev.pos": 2407, "CR/custrev.neg": 1368},
+    "SUBJ": {"SUBJ/subj.subjective": 5000, "SUBJ/subj.objective": 5000},
+    "MPQA": {"MPQA/mpqa.pos": 3312, "MPQA/mpqa.neg": 7294},
+    "SST2": {
+        "SST/binary/sentiment-train": 67349,
+        "SST/binary/sentiment-dev": 872,
+        "SST/binary/sentiment-test": 1821,
+    },
+    "TREC": {"TREC/train_5500.label": 5452, "TREC/TREC_10.label": 500},
+    "MRPC": {"MRPC/msr_paraphrase_train.txt": 4076, "MRPC/msr_paraphrase_test.txt": 1725},
+}
+
+_SENTEVAL_FIX = "re-download SentEval (delete it and re-run) or point data.senteval.path at a complete tree"
+_STRICT_FIX = "re-download, or set data.senteval.strict_counts: false for a trimmed tree"
+
+
+def _safe_extract(tar_path: Path, extract_dir: Path) -> None:
+    """Extract ``tar_path`` into ``extract_dir``, rejecting absolute, ``..`` and link members."""
+    bad = f"{tar_path} is corrupt or not a tar archive; delete it and re-run"
+    try:
+        with tarfile.open(tar_path, "r:*") as tar:
+            members = tar.getmembers()
+            for m in members:
+                name = m.name
+                parts = Path(name).parts
+                if name.startswith(("/", "\\")) or Path(name).is_absolute() or ".." in parts:
+                    raise DataError(
+                        f"{tar_path} contains an unsafe member {name!r} (absolute path or '..'); "
+                        "refusing to extract it. Delete it and re-download from a trusted source."
+                    )
+                if m.issym() or m.islnk() or not (m.isfile() or m.isdir()):
+                    raise DataError(
+                        f"{tar_path} contains a link or special file {name!r}; refusing to extract it. "
+                        "Delete it and re-download from a trusted source."
+                    )
+            for m in members:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extract(m, extract_dir, filter="data")
+                else:  # pragma: no cover - Python without extraction filters
+                    tar.extract(m, extract_dir)
+    except (tarfile.TarError, EOFError) as e:
+        raise DataError(f"{bad} ({e}).") from e
+    except OSError as e:
+        raise DataError(
+            f"Cannot extract {tar_path} into {extract_dir}: {e}; free disk space or fix "
+            "permissions, then re-run."
+        ) from e
+
+
+def _find_downstream(base: Path) -> Path | None:
+    """The shallowest directory called ``downstream`` under ``base`` (``base`` itself included)."""
+    if base.name == "downstream" and base.is_dir():
+        return base
+    for depth in range(4):
+        pattern = "/".join(["*"] * depth + ["downstream"])
+        hits = sorted(p for p in base.glob(pattern) if p.is_dir())
+        if hits:
+            return hits[0]
+    return None
+
+
+def _extract_senteval(tar_path: Path, tar_sha: str, extract_dir: Path) -> Path:
+    """Extract the SentEval tar into ``extract_dir`` (once per archive digest); return its root."""
+    extract_once(tar_path, tar_sha, extract_dir, _safe_extract)
+    root = _find_downstream(extract_dir)
+    if root is None:
+        raise DataError(
+            f"{tar_path} has no 'downstream' folder (expected the SentEval layout downstream/<TASK>/); "
+            "delete it and re-run, or point data.senteval.path at a SentEval directory."
+        )
+    return root
+
+
+def prepare_senteval(
+    *,
+    url: str | None,
+    path: str | None,
+    extract_dir: Path,
+    manifest: Path,
+    tasks: list[str] | None = None,
+    strict_counts: bool = True,
+    download_dir: Path,
+) -> dict:
+    """Locate or download SentEval, verify it, and write a JSON ``manifest``.
+
+    ``path`` (a local directory, either holding the task folders or a ``downstream/`` folder)
+    wins over ``url`` and is used in place (never copied). A ``url`` is a tar with the layout
+    ``downstream/<TASK>/...``: it is fetched into ``download_dir`` and safely extracted into
+    ``extract_dir``. The tree is then checked by :func:`verify_senteval`.
+
+    Returns the manifest: ``{"source", "archive", "root", "strict_counts", "tasks"}`` where
+    ``root`` is the absolute path of the task folders and ``tasks`` is as in
+    :func:`verify_senteval`.
+    """
+    archive = None
+    if path:
+        base = Path(path).expanduser().resolve()
+        if not base.is_dir():
+            raise DataError(
+                f"SentEval directory {base} does not exist (data.senteval.path); fix "
+                "data.senteval.path or unset it to download data.senteval.url."
+            )
+        root = base / "downstream" if (base / "downstream").is_dir() else base
+        source = str(base)
+    elif url:
+        try:
+            got = fetch(url, Path(download_dir) / url_basename(url))
+        except DataError as e:
+            raise with_fix(e, url, "data.senteval.path=/path/to/unpacked/downstream") from e
+        archive = {"path": got["path"], "bytes": got["bytes"], "sha256": got["sha256"]}
+        root = _extract_senteval(Path(got["path"]), got["sha256"], Path(extract_dir)).resolve()
+        source = url
+    else:
+        raise DataError("No SentEval source given: set data.senteval.url or data.senteval.path.")
+
+    verified = verify_senteval(root, tasks, strict_counts)
+    result = {
+        "source": source,
+        "archive": archive,
+        "root": verified["root"],
+        "strict_counts": strict_counts,
+        "tasks": verified["tasks"],
+    }
+    write_json(manifest, result)
+    return result
+
+
+def _count_rows(path: Path, kind: str, data: bytes) -> int:
+    """Rows of one SentEval file, counted as the README table does; checks the row format."""
+    lines = data.splitlines()
+
+    def bad(msg: str) -> DataError:
+        return DataError(f"SentEval file {path} is malformed: {msg}; {_SENTEVAL_FIX}.")
+
+    def check_float(i: int, fields: list[bytes], col: int) -> None:
+        try:
+            float(fields[col])
+        except (ValueError, IndexError):
+            raise bad(f"line {i}: column {col + 1} is not a score") from None
+
+    if kind == "sts_input":
+        for i, line in enumerate(lines, 1):
+            n_fields = len(line.split(b"\t"))
+            if n_fields != 2:
+                raise bad(f"line {i} has {n_fields} tab-separated fields, expected 2 (sentence pair)")
+        return len(lines)
+    if kind == "sts_gold":
+        rows = 0
+        for i, line in enumerate(lines, 1):
+            if line.strip():
+                check_float(i, [line.strip()], 0)
+                rows += 1
+        return rows
+    if kind == "stsb":
+        for i, line in enumerate(lines, 1):
+            fields = line.split(b"\t")
+            if len(fields) < 7:
+                raise bad(f"line {i} has {len(fields)} tab-separated fields, expected at least 7")
+            check_float(i, fields, 4)
+        return len(lines)
+    if kind == "sick":
+        if not lines or not lines[0].lstrip(b"\xef\xbb\xbf").startswith(b"pair_ID"):
+            raise bad("missing the 'pair_ID ...' header line")
+        for i, line in enumerate(lines[1:], 2):
+            fields = line.split(b"\t")
+            if len(fields) < 4:
+                raise bad(f"line {i} has {len(fields)} tab-separated fields, expected at least 4")
+            check_float(i, fields, 3)
+        return len(lines) - 1
+    if kind == "header":
+        return max(len(lines) - 1, 0)
+    return len(lines)
+
+
+def verify_senteval(root: Path, tasks: list[str] | None = None, strict_counts: bool = True) -> dict:
+    """Check the SentEval task folders under ``root`` and return their file digests and rows.
+
+    ``tasks`` defaults to the seven STS tasks (:data:`STS_TASKS`). Every expected file must exist
+    and be non-empty; each STS12-16 input file must have as many lines as its gold file and two
+    tab-separated sentences per line. With ``strict_counts`` the row counts must equal
+    :data:`EXPECTED_COUNTS`.
+
+    Returns ``{"root": abs path, "tasks": {task: {"files": {relpath: {"sha256", "rows"}}}}}``.
+    """
+    root = Path(root).expanduser().resolve()
+    if not root.is_dir():
+        raise DataError(f"SentEval directory {root} does not exist; {_SENTEVAL_FIX}.")
+    tasks = list(STS_TASKS if tasks is None else tasks)
+    unknown = [t for t in tasks if t not in KNOWN_TASKS]
+    if unknown:
+        raise DataError(
+            f"Unknown SentEval task(s) {unknown} in data.senteval.tasks; known: {KNOWN_TASKS}."
+        )
+    out: dict[str, Any] = {"root": str(root), "tasks": {}}
+    for task in tasks:
+        files: dict[str, dict] = {}
+        line_counts: dict[str, int] = {}
+        for relpath, kind in _task_files(task):
+            fpath = root / relpath
+            if not fpath.is_file():
+                raise DataError(f"SentEval file {fpath} is missing (task {task}); {_SENTEVAL_FIX}.")
+            data = fpath.read_bytes()
+            if not data.strip():
+                raise DataError(f"SentEval file {fpath} is empty (task {task}); {_SENTEVAL_FIX}.")
+            rows = _count_rows(fpath, kind, data)
+            line_counts[relpath] = len(data.splitlines())
+            expected = EXPECTED_COUNTS[task].get(relpath)
+            if strict_counts and expected is not None and rows != expected:
+                raise DataError(
+                    f"SentEval file {fpath} (task {task}) has {rows} rows, expected {expected}; "
+                    f"{_STRICT_FIX}."
+                )
+            files[relpath] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": rows}
+        for relpath, kind in _task_files(task):
+            if kind != "sts_input":
+                continue
+            gold = relpath.replace("/STS.input.", "/STS.gs.")
+            if line_counts[relpath] != line_counts[gold]:
+                raise DataError(
+                    f"SentEval files {root / relpath} ({line_counts[relpath]} lines) and "
+                    f"{root / gold} ({line_counts[gold]} lines) are not row-aligned (task {task}); "
+                    f"{_SENTEVAL_FIX}."
+                )
+        out["tasks"][task] = {"files": files}
+    return out
+
+

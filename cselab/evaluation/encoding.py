@@ -1,0 +1,149 @@
+"""Embeddings for evaluation: every evaluator encodes each unique sentence once
+(:func:`encode_unique`) through an on-disk cache per (checkpoint, encoder settings, dataset).
+
+Adding a metric or a table never re-encodes: every evaluator asks the cache first. The key is
+the checkpoint's fingerprint (sha256 of its config and weight files) plus the encoder settings
+(pooler, max_len), so a changed checkpoint misses and is re-encoded; the stored sentence hash
+guards against a dataset whose content changed under the same name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from cselab.io import open_atomic, sha256_file, write_json
+
+log = logging.getLogger(__name__)
+
+Encode = Callable[[list[str]], np.ndarray]
+
+WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "head.pt")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """sha256 over the checkpoint's config and weights (sharded safetensors included)."""
+    model_dir = Path(model_dir)
+    files = sorted({*(model_dir / f for f in WEIGHT_FILES), *model_dir.glob("model-*.safetensors")})
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def sentences_hash(sentences: list[str]) -> str:
+    h = hashlib.sha256()
+    for s in sentences:
+        h.update(s.encode("utf-8") + b"\n")
+    return h.hexdigest()
+
+
+class EmbeddingCache:
+    """``cache.get(dataset, sentences, encode)`` returns embeddings, computing them only on a miss."""
+
+    def __init__(self, cache_dir: Path, model_dir: Path, settings: dict):
+        self.fingerprint = model_fingerprint(model_dir)
+        key = hashlib.sha256((self.fingerprint + json.dumps(settings, sort_keys=True)).encode()).hexdigest()[:20]
+        self.dir = Path(cache_dir) / key
+        self.hits = self.misses = 0
+
+    def get(self, dataset: str, sentences: list[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        npy, meta = self.dir / f"{dataset}.npy", self.dir / f"{dataset}.json"
+        digest = sentences_hash(sentences)
+        if npy.is_file() and meta.is_file():
+            info = json.loads(meta.read_text())
+            if info.get("sentences_sha256") == digest and info.get("n") == len(sentences):
+                self.hits += 1
+                log.info("embedding cache hit: %s (%d sentences)", dataset, len(sentences))
+                return np.load(npy)
+        self.misses += 1
+        emb = np.asarray(encode(sentences), dtype=np.float32)
+        with open_atomic(npy, "wb") as fh:
+            np.save(fh, emb)
+        write_json(meta, {"n": len(sentences), "sentences_sha256": digest, "dim": emb.shape[1]})
+        return emb
+
+
+class Embeddings:
+    """Embeddings of unique sentences, looked up by sentence.
+
+    Calling it with a list of sentences returns their rows, so it is itself an ``encode``
+    function: evaluators that share one encoding pass (STS-B dev Spearman and alignment /
+    uniformity during training) take it where they would take an encoder.
+    """
+
+    def __init__(self, sentences: list[str], vectors: np.ndarray):
+        self.sentences, self.vectors = sentences, vectors
+        self.index = {s: i for i, s in enumerate(sentences)}
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __call__(self, sentences: Iterable[str]) -> np.ndarray:
+        return self.vectors[[self.index[s] for s in sentences]]
+
+
+def encode_unique(encode: Encode, sentences: Iterable[str], dtype=np.float32, allow_nan: bool = False) -> Embeddings:
+    """Call ``encode`` once on the unique ``sentences`` (first-seen order); check the result.
+    ``allow_nan`` lets a collapsed model through (STS then scores it NaN instead of failing)."""
+    unique = list(dict.fromkeys(sentences))
+    if isinstance(encode, Embeddings):  # already encoded: a lookup, not a second pass
+        return Embeddings(unique, encode(unique).astype(dtype, copy=False))
+    vectors = np.asarray(encode(unique), dtype=dtype)
+    if vectors.ndim != 2 or vectors.shape[0] != len(unique):
+        raise ValueError(f"encode returned shape {vectors.shape} for {len(unique)} sentences; "
+                         "expected (n_sentences, dim)")
+    if not allow_nan and not np.all(np.isfinite(vectors)):
+        raise ValueError("encode returned NaN or infinite values")
+    return Embeddings(unique, vectors)
+
+
+class ModelEncoder:
+    """The model an evaluation job scores: its encoder (no training head), the embedding cache
+    under ``cache_dir`` and timing. ``settings``: ``pooler``, ``max_len``, ``batch_size``, ``cache``."""
+
+    def __init__(self, model_dir: Path, settings: dict, cache_dir: Path | None):
+        from cselab.training.encoder import load_encoder
+
+        self.settings, self.dir = settings, Path(model_dir)
+        self.encoder = load_encoder(self.dir, pooler=settings["pooler"])
+        key = {k: v for k, v in settings.items() if k in ("pooler", "max_len")}
+        self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if cache_dir and settings.get("cache", True) else None
+        self.encoded, self.encode_seconds = 0, 0.0
+
+    def encode_fn(self, dataset: str, max_len: int | None = None, sequence: bool = False) -> Encode:
+        """An ``encode`` for evaluators, through the cache under ``dataset``.
+
+        ``sequence=True`` is for evaluators that call ``encode`` several times (retrieval: the
+        queries, then corpus chunks): the n-th call is cached as ``<dataset>.<n>``.
+        """
+        import time
+
+        def encode(sentences):
+            tic = time.perf_counter()
+            out = self.encoder.encode(sentences, batch_size=self.settings["batch_size"],
+                                      max_len=max_len or self.settings["max_len"])
+            self.encoded += len(sentences)
+            self.encode_seconds += time.perf_counter() - tic
+            return out
+
+        if self.cache is None:
+            return encode
+        name = dataset + ("" if max_len in (None, self.settings["max_len"]) else f"-len{max_len}")
+        if not sequence:
+            return lambda sentences: self.cache.get(name, list(sentences), encode)
+        calls = iter(range(1 << 30))
+        return lambda sentences: self.cache.get(f"{name}.{next(calls)}", list(sentences), encode)
+
+    def stats(self) -> dict:
+        return {"model_dir": str(self.dir), "encoded_sentences": self.encoded,
+                "encode_seconds": self.encode_seconds,
+                "encode_sentences_per_s": self.encoded / self.encode_seconds if self.encode_seconds else None,
+                "cache_hits": self.cache.hits if self.cache else 0,
+                "cache_misses": self.cache.misses if self.cache else 0}

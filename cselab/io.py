@@ -1,0 +1,90 @@
+"""Files that are either complete or absent: every result is written to a temporary sibling and
+renamed into place, so an interrupted job never leaves a half-written output behind."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+_CHUNK = 1 << 20
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` if the block succeeds.
+
+    Works for files and directories (an existing directory at ``path`` is replaced). On an
+    exception the temporary is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}{suffix}")
+    _remove(tmp)
+    try:
+        yield tmp
+        if tmp.is_dir() and path.is_dir():
+            old = path.with_name(f".{path.name}.old")
+            _remove(old)
+            path.rename(old)
+            tmp.rename(path)
+            _remove(old)
+        else:
+            os.replace(tmp, path)
+    finally:
+        _remove(tmp)
+
+
+@contextlib.contextmanager
+def open_atomic(path: str | Path, mode: str = "w") -> Iterator[Any]:
+    """``open`` for writing whose result appears at ``path`` only once the block succeeds."""
+    with atomic_path(path) as tmp:
+        kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+        with open(tmp, mode, **kwargs) as fh:
+            yield fh
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with open_atomic(path) as fh:
+        fh.write(text)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Indented JSON (anything not JSON-native as ``str``)."""
+    write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def write_with(path: str | Path, save: Callable[[Path], object]) -> None:
+    """Let ``save(tmp)`` write a file or a directory (``np.save``, ``model.save_pretrained``, ...)
+    and move the result onto ``path``."""
+    with atomic_path(path) as tmp:
+        save(tmp)
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def link_or_copy(src: str, dst: str) -> None:
+    """Hard link (outputs are never rewritten in place), else copy; a ``copytree`` copy_function."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

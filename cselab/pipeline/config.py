@@ -1,0 +1,422 @@
+"""Configuration: schema validation, data-dir resolution and experiment expansion.
+
+The workflow's config (``config.yaml`` merged with ``--configfile``/``--config``) is checked
+against ``cselab/schema/config.schema.json`` (every object forbids unknown keys, so a typo is an
+error naming the key) and against the method registry (each method's options).
+
+An *experiment* is PLM + method + settings + seed, named by a readable id:
+``<name>-s<seed>`` for trained models (``compcse-bert-base-s42``) and ``<name>`` for the
+untrained PLM (``untrained-bert-base``). Its settings are merged in this order, later wins:
+global ``training`` < ``plms.<plm>.training`` < ``methods.<m>.training`` <
+``experiments.<name>.training``; the same for ``options`` and, per auxiliary objective, for
+``auxiliaries`` (an experiment setting an auxiliary to null drops it). A *pretraining stage*
+(``pretraining.<stage>``) is built once per PLM that an experiment needs it for.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from cselab.errors import ConfigError
+from cselab.pipeline import outputs
+
+UNTRAINED = "untrained"
+CORPUS_FILENAMES = ("wiki1m_for_simcse.txt", "wiki1m_head.txt")
+SENTEVAL_DIRNAMES = ("senteval", "downstream")
+_SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")
+
+
+def load_schema() -> dict:
+    return json.loads(resources.files("cselab").joinpath("schema/config.schema.json").read_text())
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _explain(error: jsonschema.ValidationError) -> str:
+    """Turn one jsonschema error into a sentence that names the config key."""
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        msgs = []
+        for name in extra:
+            full = f"{key}.{name}" if error.absolute_path else name
+            hint = difflib.get_close_matches(name, allowed, n=1)
+            did = f" (did you mean '{hint[0]}'?)" if hint else ""
+            msgs.append(f"unknown config key '{full}'{did}; valid keys here: {', '.join(allowed)}")
+        if msgs:
+            return "; ".join(msgs)
+    if error.validator == "required":
+        return f"config key '{key}' is missing a required entry: {error.message}"
+    if error.validator == "enum":
+        return f"config key '{key}': {error.instance!r} is not one of {error.validator_value}"
+    if error.validator == "type" and isinstance(error.instance, str):
+        try:
+            float(error.instance)
+            return (f"config key '{key}': {error.instance!r} is a string, expected "
+                    f"{error.validator_value}; YAML reads 3e-5 as text, write 3.0e-5")
+        except ValueError:
+            pass
+    if error.validator == "propertyNames":
+        return (f"config key '{key}': name {error.instance!r} may contain only letters, digits, "
+                f"'.', '_' and '-'")
+    return f"config key '{key}': {error.message}"
+
+
+def validate(config: dict) -> dict:
+    """Validate ``config`` against the schema and the method registry; return a resolved deep copy
+    (``methods`` tables expanded into their experiments, ``data_dir`` into data paths).
+
+    Raises :class:`ConfigError` with one message naming the first offending key.
+    """
+    cfg = copy.deepcopy(dict(config))
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        more = f" ({len(errors) - 1} more problem(s) after fixing this one)" if len(errors) > 1 else ""
+        raise ConfigError(_explain(errors[0]) + more)
+
+    for name, stage in cfg.get("pretraining", {}).items():
+        _check_components(cfg, {"objective": stage["method"], "options": stage.get("options", {}), "auxiliaries": {}},
+                          f"pretraining.{name}", primary_key="method")
+    for name, method in cfg["methods"].items():
+        _check_components(cfg, {"objective": method["objective"], "options": method.get("options", {}),
+                                "auxiliaries": method.get("auxiliaries", {})}, f"methods.{name}")
+    for name, exp in cfg["experiments"].items():
+        where = f"experiments.{name}"
+        if exp["plm"] not in cfg["plms"]:
+            raise ConfigError(f"config key '{where}.plm': unknown PLM {exp['plm']!r}; "
+                              f"defined under 'plms': {', '.join(sorted(cfg['plms']))}")
+        if exp["method"] != UNTRAINED and exp["method"] not in cfg["methods"]:
+            valid = sorted(cfg["methods"]) + [UNTRAINED]
+            raise ConfigError(f"config key '{where}.method': unknown method {exp['method']!r}; "
+                              f"valid methods: {', '.join(valid)}")
+        if exp["method"] != UNTRAINED:
+            _check_components(cfg, _merge_experiment(cfg, name), where, primary_key=None)
+    for tname, table in cfg["tables"].items():
+        if table["kind"] == "methods":
+            _expand_methods_table(cfg, tname)
+        elif "experiments" not in table:
+            raise ConfigError(f"config key 'tables.{tname}' is missing a required entry: 'experiments' is a "
+                              f"required property (a {table['kind']} table lists its experiments)")
+        for i, exp in enumerate(table["experiments"]):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown experiment "
+                                  f"{exp!r}; defined under 'experiments': {', '.join(sorted(cfg['experiments']))}")
+    for fname, fig in cfg.get("figures", {}).items():
+        for label, exp in fig["experiments"].items():
+            where = f"figures.{fname}.experiments.{label}"
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"config key '{where}': unknown experiment {exp!r}; defined under "
+                                  f"'experiments': {', '.join(sorted(cfg['experiments']))}")
+            if fig["kind"] in CURVE_FIGURES and cfg["experiments"][exp]["method"] == UNTRAINED:
+                raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
+                                  f"draws training curves")
+    _resolve_data_dir(cfg)
+    return cfg
+
+
+def _check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
+    """The primary and auxiliary methods of ``spec`` exist, take these roles, and accept their
+    options; every artifact they require names a pretraining stage."""
+    from cselab.training.methods import method_class
+
+    key = f"{where}.{primary_key}" if primary_key else f"{where}.method"
+    primary = method_class(spec["objective"], where=key)
+    stage = where.startswith("pretraining.")
+    if not stage and "primary" not in primary.roles:
+        raise ConfigError(f"config key '{key}': method {spec['objective']!r} is an auxiliary objective only; "
+                          f"list it under 'auxiliaries' of a primary method")
+    options = primary.check_options(spec["options"], where=f"{where}.options")
+    required = dict(primary.requires(options))
+    for name, aux in spec.get("auxiliaries", {}).items():
+        if aux is None:
+            continue
+        cls = method_class(name, where=f"{where}.auxiliaries.{name}")
+        if "auxiliary" not in cls.roles:
+            raise ConfigError(f"config key '{where}.auxiliaries.{name}': method {name!r} cannot be an auxiliary "
+                              f"objective (it is a primary method)")
+        required.update(cls.requires(cls.check_options(aux.get("options", {}), where=f"{where}.auxiliaries.{name}.options")))
+    for role, stage_name in required.items():
+        if stage_name not in cfg.get("pretraining", {}):
+            raise ConfigError(f"config key '{where}': its methods need the pretraining stage {stage_name!r} "
+                              f"(for {role}), which is not defined under 'pretraining'"
+                              + (f"; defined: {', '.join(sorted(cfg['pretraining']))}" if cfg.get("pretraining") else ""))
+
+
+def _expand_methods_table(cfg: dict, tname: str) -> None:
+    """A ``methods`` table: one experiment per configured method on ``plm`` with the table's
+    training overrides. An experiment with exactly those settings is reused; otherwise
+    ``bench-<method>-<plm>`` is added."""
+    table = cfg["tables"][tname]
+    plm = table["plm"]
+    if plm not in cfg["plms"]:
+        raise ConfigError(f"config key 'tables.{tname}.plm': unknown PLM {plm!r}; "
+                          f"defined under 'plms': {', '.join(sorted(cfg['plms']))}")
+    methods = table.get("methods") or list(cfg["methods"])
+    for i, method in enumerate(methods):
+        if method not in cfg["methods"]:
+            raise ConfigError(f"config key 'tables.{tname}.methods[{i}]': unknown method {method!r}; "
+                              f"valid methods: {', '.join(sorted(cfg['methods']))}")
+    names = []
+    for method in methods:
+        entry = {"plm": plm, "method": method, **({"training": table["training"]} if table.get("training") else {})}
+        name = f"bench-{method}-{plm}"
+        cfg["experiments"].setdefault(name, entry)
+        wanted = _comparable(cfg, name)
+        same = [n for n, e in cfg["experiments"].items()
+                if n != name and e["method"] == method and seeds_of(cfg, n) == seeds_of(cfg, name)
+                and _comparable(cfg, n) == wanted]
+        if same and cfg["experiments"][name] == entry:
+            del cfg["experiments"][name]
+            name = same[0]
+        names.append(name)
+    table["experiments"] = names
+
+
+def _comparable(cfg: dict, name: str) -> dict:
+    spec = _merge_experiment(cfg, name)
+    spec.pop("name")
+    return spec
+
+
+def _resolve_data_dir(cfg: dict) -> None:
+    """Point the data rules at ``data_dir`` (a folder holding the corpus, ``senteval/`` and
+    optionally ``beir/<dataset>/``)."""
+    data_dir = cfg.get("data_dir")
+    if not data_dir:
+        return
+    root = Path(data_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise ConfigError(f"config key 'data_dir': {data_dir!r} is not a directory")
+    corpus, senteval = cfg["data"]["corpus"], cfg["data"]["senteval"]
+    if not corpus.get("path"):
+        found = [root / n for n in CORPUS_FILENAMES if (root / n).is_file()]
+        if not found:
+            raise ConfigError(f"config key 'data_dir': {root} holds none of {', '.join(CORPUS_FILENAMES)}; "
+                              f"add the corpus there or set data.corpus.path")
+        corpus["path"] = str(found[0])
+    if not senteval.get("path"):
+        found = [root / n for n in SENTEVAL_DIRNAMES if (root / n).is_dir()]
+        if not found:
+            raise ConfigError(f"config key 'data_dir': {root} has no {' or '.join(SENTEVAL_DIRNAMES)}/ folder; "
+                              f"add the SentEval tree there or set data.senteval.path")
+        senteval["path"] = str(found[0])
+    beir = cfg["data"].setdefault("beir", {})
+    if not beir.get("path") and (root / "beir").is_dir():
+        beir["path"] = str(root / "beir")
+
+
+def _merge_experiment(cfg: dict, name: str) -> dict:
+    exp = cfg["experiments"][name]
+    plm = cfg["plms"][exp["plm"]]
+    method = cfg["methods"].get(exp["method"], {})
+    training = {**cfg["training"], **plm.get("training", {}), **method.get("training", {}),
+                **exp.get("training", {})}
+    options = {**method.get("options", {}), **exp.get("options", {})}
+    auxiliaries = copy.deepcopy(method.get("auxiliaries", {}))
+    for aux, override in exp.get("auxiliaries", {}).items():
+        if override is None:
+            auxiliaries.pop(aux, None)
+        elif aux in auxiliaries:
+            auxiliaries[aux] = {**auxiliaries[aux], **override,
+                                "options": {**auxiliaries[aux].get("options", {}), **override.get("options", {})}}
+        else:
+            auxiliaries[aux] = override
+    for aux in auxiliaries.values():
+        aux.setdefault("weight", 1.0)
+        aux.setdefault("options", {})
+    objective = method.get("objective", UNTRAINED)
+    return {"name": name, "plm": exp["plm"], "model": plm["model"], "method": exp["method"],
+            "objective": objective, "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
+            "auxiliaries": auxiliaries, "signature": "+".join([objective, *auxiliaries]), "training": training}
+
+
+def seeds_of(cfg: dict, name: str) -> list[int]:
+    return list(cfg["experiments"][name].get("seeds", cfg["seeds"]))
+
+
+def experiment_ids(cfg: dict, names: list[str]) -> list[str]:
+    """Expand experiment names into ids, one per seed for trained experiments."""
+    ids = []
+    for name in names:
+        if cfg["experiments"][name]["method"] == UNTRAINED:
+            ids.append(name)
+        else:
+            ids.extend(f"{name}-s{seed}" for seed in seeds_of(cfg, name))
+    return ids
+
+
+def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
+    """Split an experiment id into (name, seed); raises ConfigError for an unknown id."""
+    if exp_id in cfg["experiments"] and cfg["experiments"][exp_id]["method"] == UNTRAINED:
+        return exp_id, None
+    m = _SEED_SUFFIX.match(exp_id)
+    if m and m["name"] in cfg["experiments"] and cfg["experiments"][m["name"]]["method"] != UNTRAINED:
+        return m["name"], int(m["seed"])
+    raise ConfigError(f"unknown experiment id {exp_id!r}: expected <name>-s<seed> for one of "
+                      f"{', '.join(sorted(cfg['experiments']))}")
+
+
+# Training settings that do not change the result: not part of the spec (a Snakemake rerun
+# trigger), so switching checkpoints on for a cluster run retrains nothing.
+OPERATIONAL = ("checkpoint_steps",)
+
+
+def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
+    """Everything that determines an experiment's training run (and nothing about evaluation)."""
+    name, seed = parse_id(cfg, exp_id)
+    spec = _merge_experiment(cfg, name)
+    spec.update(id=exp_id, seed=seed)
+    for key in OPERATIONAL:
+        spec["training"].pop(key, None)
+    return spec
+
+
+def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
+    """A pretraining stage for one PLM: global ``training`` < ``pretraining.<stage>.training``."""
+    if stage not in cfg.get("pretraining", {}):
+        raise ConfigError(f"unknown pretraining stage {stage!r}; defined: {', '.join(sorted(cfg.get('pretraining', {})))}")
+    if plm not in cfg["plms"]:
+        raise ConfigError(f"unknown PLM {plm!r} for pretraining stage {stage!r}")
+    entry = cfg["pretraining"][stage]
+    training = {**cfg["training"], **entry.get("training", {})}
+    for key in OPERATIONAL:
+        training.pop(key, None)
+    return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
+            "method": stage, "objective": entry["method"], "weight": 1.0, "options": entry.get("options", {}),
+            "auxiliaries": {}, "signature": entry["method"], "training": training, "seed": entry.get("seed", 42)}
+
+
+def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:
+    """The settings of an experiment (or pretraining stage) that change how it runs, not what it computes."""
+    if stage is not None:
+        training = {**cfg["training"], **cfg["pretraining"][stage].get("training", {})}
+    else:
+        training = _merge_experiment(cfg, parse_id(cfg, exp_id)[0])["training"]
+    return {k: training[k] for k in OPERATIONAL if k in training}
+
+
+def artifacts(spec: dict) -> dict[str, str]:
+    """The upstream artifacts a spec's methods declared: role -> the pretraining stage's output."""
+    from cselab.training.methods import required_artifacts
+
+    if spec["objective"] == UNTRAINED:
+        return {}
+    return {role: outputs.path(outputs.PRETRAINED, stage=stage, plm=spec["plm"])
+            for role, stage in required_artifacts(spec).items()}
+
+
+def is_trained(cfg: dict, exp_id: str) -> bool:
+    return parse_id(cfg, exp_id)[1] is not None
+
+
+def senteval_tasks(cfg: dict) -> list[str]:
+    """SentEval tasks the data rule verifies: always all 14 (7 STS, 7 transfer).
+
+    The list must not depend on which tables are configured: the manifest is an input of
+    training (STS-B dev), so a manifest rewritten because a table was added would retrain.
+    """
+    from cselab.data.senteval import KNOWN_TASKS
+
+    return list(KNOWN_TASKS)
+
+
+def encoder_settings(cfg: dict) -> dict:
+    """The settings that determine an embedding (shared by every evaluator and the cache key)."""
+    ev = cfg["evaluation"]
+    return {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512), "batch_size": ev.get("batch_size", 128),
+            "cache": ev.get("cache", True)}
+
+
+def tracking_uri(cfg: dict) -> str:
+    """``MLFLOW_TRACKING_URI`` wins over the config's ``mlflow.tracking_uri``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"].get("tracking_uri", outputs.MLFLOW_STORE)
+
+
+CURVE_FIGURES = ("alignment_uniformity", "dev_curve")
+
+
+def table_columns(cfg: dict, name: str) -> list[str]:
+    """A table's metric columns: the kind's fixed ones, or what the config decides."""
+    from cselab.data.senteval import TRANSFER_TASKS
+    from cselab.evaluation.sts import STS_COLUMNS
+
+    kind = cfg["tables"][name]["kind"]
+    if kind == "sts":
+        return list(STS_COLUMNS)
+    if kind == "transfer":
+        return [t for t in TRANSFER_TASKS if t in cfg["evaluation"]["transfer"]["tasks"]]
+    if kind == "beir":
+        return list(cfg["evaluation"]["beir"]["datasets"])
+    if kind == "methods":
+        return [*STS_COLUMNS, "STS avg", "STS-B dev", "transfer avg"]
+    return list(outputs.TABLE_KINDS[kind].columns)
+
+
+def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
+    """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
+    kind = outputs.TABLE_KINDS[cfg["tables"][name]["kind"]]
+    datasets = cfg["evaluation"]["beir"]["datasets"]
+    out = {}
+    for exp in experiment_ids(cfg, cfg["tables"][name]["experiments"]):
+        files = []
+        for result in kind.results:
+            pattern = outputs.RESULT[result]
+            files += ([outputs.path(pattern, exp=exp, dataset=d) for d in datasets] if "{dataset}" in pattern
+                      else [outputs.path(pattern, exp=exp)])
+        out[exp] = files
+    return out
+
+
+def table_rows(cfg: dict, name: str) -> list[dict]:
+    """What the table job needs to know about each experiment id (a rerun trigger too).
+
+    ``options`` carries ``subsampling`` too: published settings are matched on it.
+    """
+    keep = ("name", "plm", "model", "method", "seed")
+    rows = []
+    for exp_id, files in table_inputs(cfg, name).items():
+        spec = experiment_spec(cfg, exp_id)
+        trained = spec["seed"] is not None
+        options = {**spec["options"], "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
+        rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
+                     "id": exp_id, "files": files})
+    return rows
+
+
+def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
+    """Legend label -> experiment id (the first seed of each trained experiment)."""
+    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name]["experiments"].items()}
+
+
+def model_input(cfg: dict, exp_id: str) -> str:
+    """What an evaluation reads: a trained experiment's best checkpoint, or the resolved PLM."""
+    if is_trained(cfg, exp_id):
+        return outputs.path(outputs.MODEL, exp=exp_id)
+    return outputs.path(outputs.PLM, plm=experiment_spec(cfg, exp_id)["plm"])
+
+
+def figure_inputs(cfg: dict, name: str) -> dict[str, str]:
+    """Label -> what the figure reads: a training curve, or a model (checkpoint dir / PLM json)."""
+    fig = cfg["figures"][name]
+    return {label: (outputs.path(outputs.CURVE, exp=exp_id) if fig["kind"] in CURVE_FIGURES
+                    else model_input(cfg, exp_id))
+            for label, exp_id in figure_experiments(cfg, name).items()}
+
+
+def corpus_file(spec: dict) -> str:
+    """The training file of an experiment: the corpus, or its subsampled expansion."""
+    strategy = spec["training"].get("subsampling", "none")
+    return outputs.CORPUS if strategy in (None, "none") else outputs.path(outputs.SUBSAMPLED, strategy=strategy)

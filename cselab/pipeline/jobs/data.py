@@ -1,0 +1,102 @@
+"""Jobs of the data rules: corpus, SentEval, BEIR, the resolved PLM, spans and subsampling.
+(``segment_corpus`` and ``subsample`` run in the spans environment, which has no torch.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cselab.io import write_json
+from cselab.pipeline.jobs import run, senteval_root
+
+JOBS = ("prepare_corpus", "prepare_senteval", "resolve_plm", "prepare_beir", "prepare_stsb_retrieval",
+        "segment_corpus", "subsample")
+
+
+def prepare_corpus(smk) -> None:
+    from cselab.data.corpus import prepare_corpus as prepare
+
+    src = smk.params.source
+    with run(smk, params={"corpus": src}) as r:
+        manifest = prepare(url=src.get("url"), path=src.get("path"), out_txt=Path(smk.output.corpus),
+                           manifest=Path(smk.output.manifest), max_lines=src.get("max_lines"),
+                           sha256=src.get("sha256"), download_dir=Path(smk.params.download_dir))
+        r.log_metrics({"lines": manifest["out_lines"]})
+        r.log_artifact(smk.output.manifest)
+
+
+def prepare_senteval(smk) -> None:
+    from cselab.data.senteval import prepare_senteval as prepare
+
+    src = smk.params.source
+    with run(smk, params={"senteval": src}) as r:
+        manifest = prepare(url=src.get("url"), path=src.get("path"), extract_dir=Path(smk.params.extract_dir),
+                           manifest=Path(smk.output.manifest), tasks=smk.params.tasks,
+                           strict_counts=src.get("strict_counts", True), download_dir=Path(smk.params.download_dir))
+        for task, info in manifest["tasks"].items():
+            r.log_metrics({f"rows.{task}": sum(f["rows"] for f in info["files"].values())})
+        r.log_artifact(smk.output.manifest)
+
+
+def resolve_plm(smk) -> None:
+    from transformers import AutoConfig
+
+    from cselab.training.models import resolve_model
+
+    with run(smk, params={"plm": smk.wildcards.plm, "model": smk.params.model}, label=smk.wildcards.plm) as r:
+        path = resolve_model(smk.params.model)
+        cfg = AutoConfig.from_pretrained(path)
+        info = {"plm": smk.wildcards.plm, "model": smk.params.model, "path": str(path),
+                "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
+                "num_hidden_layers": getattr(cfg, "num_hidden_layers", None)}
+        r.set_tags({"model_path": path})
+        write_json(smk.output[0], info)
+
+
+def prepare_beir(smk) -> None:
+    from cselab.data.beir import prepare_beir as prepare
+
+    name = smk.wildcards.dataset
+    with run(smk, params={"dataset": name, "url": smk.params.url, "path": smk.params.path}, label=name) as r:
+        manifest = prepare(name, url=smk.params.url, path=smk.params.path, out_dir=Path(smk.params.out_dir),
+                           manifest=Path(smk.output.manifest), download_dir=Path(smk.params.download_dir))
+        r.log_metrics({k: v for k, v in manifest.get("counts", {}).items() if isinstance(v, (int, float))})
+        r.log_artifact(smk.output.manifest)
+
+
+def prepare_stsb_retrieval(smk) -> None:
+    from cselab.data.beir import prepare_beir as prepare
+    from cselab.data.beir import stsb_retrieval_dataset
+
+    with run(smk, label="stsb") as r:
+        root = stsb_retrieval_dataset(senteval_root(smk.input.senteval), Path(smk.params.out_dir))
+        manifest = prepare("stsb_retrieval", url=None, path=str(root), out_dir=Path(smk.params.out_dir),
+                           manifest=Path(smk.output.manifest), download_dir=Path(smk.params.download_dir))
+        r.log_metrics({k: v for k, v in manifest.get("counts", {}).items() if isinstance(v, (int, float))})
+        r.log_artifact(smk.output.manifest)
+
+
+def segment_corpus(smk) -> None:
+    from cselab.data.spans import segment_corpus as segment
+
+    settings = smk.params.settings
+    with run(smk, params={"spans": settings}, label="corpus") as r:
+        stats = segment(Path(smk.input.corpus), Path(smk.output.spans), settings, stats_path=Path(smk.output.stats))
+        hist = stats.get("units_per_sentence", {})
+        r.log_metrics({"sentences": stats["n_sentences"], "sentences_per_s": stats["sentences_per_s"],
+                       "mean_units": stats["mean_units"], **{f"units_hist.{k}": v for k, v in hist.items()}})
+        r.log_artifact(smk.output.stats)
+
+
+def subsample(smk) -> None:
+    from cselab.data.subsample import expand_corpus
+
+    strategy = smk.wildcards.strategy
+    with run(smk, params={"strategy": strategy, "min_words": smk.params.min_words}, label=strategy) as r:
+        stats = expand_corpus(Path(smk.input.spans), strategy, Path(smk.output.corpus),
+                              min_words=smk.params.min_words)
+        write_json(smk.output.stats, stats)
+        r.log_metrics({k: v for k, v in stats.items() if isinstance(v, (int, float))})
+        r.log_artifact(smk.output.stats)
+
+
+

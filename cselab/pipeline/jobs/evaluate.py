@@ -1,0 +1,99 @@
+"""Jobs of the evaluation rules: a trained checkpoint or an untrained PLM on STS, STS-B dev,
+transfer, retrieval and alignment/uniformity, through the embedding cache."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from cselab.evaluation.encoding import ModelEncoder
+from cselab.io import write_json
+from cselab.pipeline import outputs
+from cselab.pipeline.jobs import run, senteval_root
+
+JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_transfer", "evaluate_retrieval", "evaluate_geometry")
+
+
+def model_dir(model_input: str | Path) -> Path:
+    """A rule's model input: a trained checkpoint dir, or the resolved-PLM JSON of an untrained one."""
+    from cselab.training.models import resolve_model
+
+    path = Path(model_input)
+    return resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
+
+
+def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None = None) -> None:
+    """Shared shell of the evaluation rules: one MLflow run, result JSON with timing and cache
+    stats; per-item predictions (``pairs``) to the rule's ``pairs`` output."""
+    from cselab.reporting.stats import save_pairs
+
+    exp_id = smk.params.experiment
+    with run(smk, experiment_id=exp_id, params={"evaluation": smk.params.settings, **(params or {})}) as r:
+        model = ModelEncoder(model_dir(smk.input.model), smk.params.settings, Path(outputs.EMBEDDING_CACHE))
+        tic = time.perf_counter()
+        result = compute(model)
+        if "pairs" in result:
+            save_pairs(smk.output.pairs, result.pop("pairs"))
+        result.update(experiment=exp_id, settings=smk.params.settings, wall_seconds=time.perf_counter() - tic,
+                      **model.stats())
+        prefix = smk.rule.removeprefix("evaluate_")
+        r.log_metrics({**{f"{prefix}.{k}": v for k, v in result["scores"].items()},
+                       **({"avg": result["avg"]} if result.get("avg") is not None else {}),
+                       **{k: result[k] for k in ("wall_seconds", "encode_seconds", "encode_sentences_per_s",
+                                                 "cache_hits", "cache_misses") if result.get(k) is not None}})
+        write_json(smk.output[0], result)
+        r.log_artifact(smk.output[0])
+
+
+def evaluate_sts(smk) -> None:
+    from cselab.evaluation import sts
+
+    root = senteval_root(smk.input.senteval)
+    _evaluate(smk, lambda m: sts.evaluate_sts(m.encode_fn("sts"), root))
+
+
+def evaluate_stsb_dev(smk) -> None:
+    from cselab.evaluation import sts
+
+    root = senteval_root(smk.input.senteval)
+    _evaluate(smk, lambda m: sts.evaluate_stsb_dev(m.encode_fn("stsb-dev"), root))
+
+
+def evaluate_transfer(smk) -> None:
+    from cselab.evaluation import transfer
+
+    root, opts = senteval_root(smk.input.senteval), smk.params.transfer
+    _evaluate(smk, lambda m: transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts),
+              params={"transfer": opts})
+
+
+def evaluate_retrieval(smk) -> None:
+    """BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@1/5/10), one code path."""
+    from cselab.evaluation import retrieval
+
+    opts, manifest = smk.params.retrieval, json.loads(Path(smk.input.dataset).read_text())
+    name = smk.wildcards.get("dataset", "stsb_retrieval")
+
+    def compute(m: ModelEncoder) -> dict:
+        res = retrieval.evaluate_beir(m.encode_fn(f"beir-{name}", max_len=opts["max_len"], sequence=True),
+                                      Path(manifest["root"]), k=opts["k"], chunk_size=opts["chunk_size"],
+                                      score=opts["score"], k_values=(1, 5, 10, 100))
+        return {"dataset": name, **res, "scores": retrieval.table_scores(name, res["metrics"], smk.params.metric)}
+
+    _evaluate(smk, compute, params={"retrieval": opts, "dataset": name})
+
+
+def evaluate_geometry(smk) -> None:
+    from cselab.data.tasks import load_stsb
+    from cselab.evaluation.geometry import align_uniform
+
+    root, opts = senteval_root(smk.input.senteval), smk.params.geometry
+
+    def compute(m: ModelEncoder) -> dict:
+        res = align_uniform(m.encode_fn(f"stsb-{opts['split']}"), load_stsb(root, split=opts["split"]),
+                            threshold=opts["threshold"])
+        return {**res, "scores": {"alignment": res["alignment"], "uniformity": res["uniformity"]}}
+
+    _evaluate(smk, compute, params={"geometry": opts})

@@ -1,0 +1,67 @@
+"""Jobs of the training rules: ``train`` (an experiment) and ``pretrain`` (a pretraining stage
+for one PLM), both the shared training loop; resumable from ``training.checkpoint_steps``."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from cselab.io import write_json
+from cselab.pipeline.jobs import run, senteval_root
+
+JOBS = ("train", "pretrain")
+
+
+def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
+    from cselab.training.loop import train as train_loop
+
+    def on_log(row: dict) -> None:
+        r.log_metrics({k: v for k, v in row.items() if k not in ("step", "epoch")}, step=row["step"])
+
+    artifacts = {role: Path(p) for role, p in smk.params.artifacts.items()}
+    return train_loop({**spec, "training": {**spec["training"], **ops}}, Path(smk.input.corpus), dev_score, out_dir,
+                      on_log=on_log, checkpoint_dir=out_dir / "resume", artifacts=artifacts)
+
+
+def _summary(result, r) -> dict:
+    r.log_metrics({"best_stsb_dev_spearman": result.best_dev, "best_step": result.best_step,
+                   "train_seconds": result.train_seconds, "train_sentences_per_s": result.sentences_per_s})
+    return {"best_step": result.best_step, "stsb_dev_spearman": result.best_dev, "steps": result.steps,
+            "train_seconds": result.train_seconds, "sentences_per_s": result.sentences_per_s,
+            "resumed_from_step": result.resumed_from, "mlflow_run_id": r.run_id}
+
+
+def train(smk) -> None:
+    from cselab.data.tasks import stsb_dev
+    from cselab.evaluation.sts import dev_metrics
+    from cselab.pipeline.config import operational_settings, validate
+
+    spec = smk.params.spec
+    # checkpoint_steps is read here, not from params: changing it must not retrain
+    ops = operational_settings(validate(smk.config), spec["id"])
+    out_dir = Path(smk.output.summary).parent
+    dev = stsb_dev(senteval_root(smk.input.senteval))
+    batch_size = spec["training"].get("dev_batch_size", 128)
+    with run(smk, experiment_id=spec["id"], params={**spec, "operational": ops}) as r:
+        result = _loop(smk, spec, ops, out_dir,
+                       lambda encoder: dev_metrics(partial(encoder.encode, batch_size=batch_size), dev), r)
+        write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r),
+                                        "model_dir": str(smk.output.model)})
+        r.log_artifact(smk.output.curve)
+        r.log_artifact(smk.output.summary)
+
+
+def pretrain(smk) -> None:
+    """A pretraining stage: the loop without dev scoring; the stage's method exports its final
+    state to ``model/`` beside a ``manifest.json`` (the spec), which later jobs fingerprint."""
+    from cselab.pipeline.config import operational_settings, validate
+
+    spec = smk.params.spec
+    ops = operational_settings(validate(smk.config), stage=spec["name"])
+    out_dir = Path(smk.output.model).parent
+    with run(smk, experiment_id=spec["id"], params={**spec, "operational": ops}, label=spec["id"]) as r:
+        result = _loop(smk, spec, ops, out_dir, None, r)
+        write_json(Path(smk.output.model) / "manifest.json", {"stage": spec["name"], "spec": spec, "steps": result.steps})
+        write_json(smk.output.summary, {"stage": spec["id"], **_summary(result, r)})
+        r.log_artifact(smk.output.curve)
+        r.log_artifact(smk.output.summary)

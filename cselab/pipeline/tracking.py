@@ -1,0 +1,295 @@
+"""MLflow tracking: every rule job is one MLflow run.
+
+The store is ``sqlite:///results/mlflow.db`` by default (artifacts under
+``results/mlartifacts``); ``MLFLOW_TRACKING_URI`` points the workflow at any tracking server.
+Each run is tagged with the rule, the experiment id, the git commit and library versions, so a
+number can always be traced back to the code and settings that produced it.
+
+A remote (http/https) server is checked at the start of every run, before the job's work:
+when it does not answer, the job fails at once with a :class:`TrackingError` naming the server
+and the ways out, or, with ``mlflow.fallback: local`` in the config, logs to the local store
+instead and tags the run ``cselab.tracking_fallback=<server>`` so it can be found and merged
+later. A server that stops answering in the middle of a run fails the job with the same kind
+of message; result files of jobs that already finished are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from cselab.errors import TrackingError
+from cselab.pipeline import outputs
+
+log = logging.getLogger(__name__)
+
+LOCAL_STORE = outputs.MLFLOW_STORE
+FALLBACK_TAG = "cselab.tracking_fallback"
+#: The environment variable naming one ``snakemake`` invocation (set by the Snakefile); every run
+#: it starts carries it as the tag :data:`INVOCATION_TAG`, so one invocation's runs group in the UI.
+INVOCATION_ENV = "CSELAB_INVOCATION"
+INVOCATION_TAG = "snakemake.invocation"
+FALLBACKS = ("none", "local")
+# The reachability check: seconds per attempt, retries after the first attempt.
+CHECK_TIMEOUT = 5.0
+CHECK_RETRIES = 2
+
+_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "scipy", "mlflow", "snakemake", "sentence-transformers")
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    import cselab
+
+    out = {"python": platform.python_version(), "cselab": cselab.__version__}
+    for pkg in _PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit() -> str:
+    """The commit of the cselab checkout (``+dirty`` when it has uncommitted changes)."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def metric_name(name: str) -> str:
+    """MLflow allows letters, digits and ``_-. :/`` in metric names: ``R@1`` -> ``R_at_1``."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    """Serialise creation of a local SQLite store (parallel first jobs would race the schema)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.parent / ".mlflow.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def is_remote(uri: str) -> bool:
+    return uri.lower().startswith(("http://", "https://"))
+
+
+def _reason(exc: BaseException) -> str:
+    """The root cause of a failed request in a few words ("Connection refused", "timed out")."""
+    seen, deepest = set(), exc
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        deepest = exc
+        exc = exc.__cause__ or exc.__context__
+    text = getattr(deepest, "strerror", None) or str(deepest) or type(deepest).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def probe(uri: str, timeout: float | None = None, retries: int | None = None) -> str | None:
+    """Why the tracking server at ``uri`` does not answer ``GET /health``; ``None`` when it does.
+
+    Any HTTP answer below 500 counts as an answer (an auth error or a proxy without
+    ``/health`` is reported by MLflow itself later); a refused or timed-out connection, an
+    unknown host or a 5xx (a proxy whose server is down) does not. Uses MLflow's own HTTP
+    client, so ``MLFLOW_TRACKING_INSECURE_TLS``, certificates and credentials apply.
+    """
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    timeout = CHECK_TIMEOUT if timeout is None else timeout
+    retries = CHECK_RETRIES if retries is None else retries
+    pool_log = logging.getLogger("urllib3.connectionpool")  # one "Retrying ..." warning per retry
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        resp = http_request(get_default_host_creds(uri), "/health", "GET", max_retries=retries,
+                            backoff_factor=0.5, backoff_jitter=0.1, timeout=timeout, raise_on_status=False)
+    except Exception as e:  # noqa: BLE001 - any failure to get an answer means "not reachable"
+        return _reason(e)
+    finally:
+        pool_log.setLevel(level)
+    return f"GET /health answered HTTP {resp.status_code}" if resp.status_code >= 500 else None
+
+
+def _unreachable(uri: str, reason: str, during: str | None = None, from_env: bool | None = None) -> str:
+    if from_env is None:
+        from_env = os.environ.get("MLFLOW_TRACKING_URI") == uri
+    local = ("unset MLFLOW_TRACKING_URI to use the local store" if from_env
+             else "set mlflow.tracking_uri to the local store")
+    what = (f"MLflow tracking server {uri} stopped answering during {during} ({reason}), so the job failed "
+            f"with its run incomplete; rerun it once the server is back, " if during
+            else f"MLflow tracking server {uri} is not reachable ({reason}); start it, ")
+    return f"{what}{local} {LOCAL_STORE}, or set mlflow.fallback: local in the config"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run is logged: ``uri``; ``fallback_from`` is the unreachable server it replaces."""
+
+    uri: str
+    fallback_from: str | None = None
+
+
+def resolve(uri: str, fallback: str = "none") -> Target:
+    """The one place that decides where runs go: ``uri`` if it answers (or is not remote),
+    else the local store when ``fallback`` is ``"local"``, else a :class:`TrackingError`."""
+    if fallback not in FALLBACKS:
+        raise TrackingError(f"config key 'mlflow.fallback': {fallback!r} is not one of {list(FALLBACKS)}")
+    reason = probe(uri) if is_remote(uri) else None
+    if not reason:
+        return Target(uri)
+    if fallback != "local":
+        raise TrackingError(_unreachable(uri, reason))
+    log.warning("MLflow tracking server %s is not reachable (%s); mlflow.fallback is 'local': logging to %s "
+                "instead, runs tagged %s=%s", uri, reason, LOCAL_STORE, FALLBACK_TAG, uri)
+    return Target(LOCAL_STORE, fallback_from=uri)
+
+
+def resolve_tracking(cfg: dict) -> Target:
+    """:func:`resolve` for a validated config (``MLFLOW_TRACKING_URI`` wins over the config)."""
+    from cselab.pipeline.config import tracking_uri
+
+    return resolve(tracking_uri(cfg), cfg["mlflow"].get("fallback", "none"))
+
+
+def resolve_tracking_uri(cfg: dict) -> str:
+    return resolve_tracking(cfg).uri
+
+
+def init_store(uri: str, experiment_name: str) -> str:
+    """Create (or find) the MLflow experiment; returns its id. Safe to call from many jobs.
+
+    Uses a client for ``uri`` rather than ``mlflow.set_tracking_uri``, which would also export
+    ``MLFLOW_TRACKING_URI`` to every job Snakemake starts after ``onstart``.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    with _store_lock(uri):
+        exp = client.get_experiment_by_name(experiment_name)
+        if exp is not None:
+            return exp.experiment_id
+        location = None
+        if uri.startswith("sqlite:///"):
+            location = (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
+        try:
+            return client.create_experiment(experiment_name, artifact_location=location)
+        except MlflowException:  # created meanwhile by another process
+            return client.get_experiment_by_name(experiment_name).experiment_id
+
+
+class Run:
+    """A thin handle on the active MLflow run."""
+
+    def __init__(self, run):
+        self.run = run
+        self.run_id = run.info.run_id
+
+    def log_params(self, params: dict) -> None:
+        import mlflow
+
+        flat = {metric_name(k): (json.dumps(v) if isinstance(v, (list, tuple)) else v)
+                for k, v in flatten(params).items()}
+        items = list(flat.items())
+        for i in range(0, len(items), 100):
+            mlflow.log_params(dict(items[i:i + 100]))
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        import mlflow
+
+        mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items() if v is not None}, step=step)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        import mlflow
+
+        path = Path(path)
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path=artifact_path)
+        else:
+            mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+@contextlib.contextmanager
+def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str | None = None,
+               params: dict | None = None, tags: dict | None = None, label: str | None = None,
+               fallback: str = "none", source: str | None = None) -> Iterator[Run]:
+    """Open one MLflow run for a rule job, tagged for traceability; failed jobs end FAILED.
+
+    ``uri`` is checked first (see :func:`resolve`), so an unreachable server fails the job
+    before its work; a server that stops answering later fails it with a :class:`TrackingError`.
+    ``source`` (the rule's script, relative to the repository) is the run's source in the UI.
+    """
+    import mlflow
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    from_env = os.environ.get("MLFLOW_TRACKING_URI") == uri
+    target = resolve(uri, fallback)
+    exp = init_store(target.uri, experiment_name)
+    mlflow.set_tracking_uri(target.uri)
+    commit = git_commit()
+    all_tags = {"rule": rule, "experiment_id": experiment_id or "", "git_commit": commit,
+                "mlflow.source.git.commit": commit.removesuffix("+dirty"),
+                **{f"version.{k}": v for k, v in versions().items()}, **(tags or {})}
+    if source:
+        all_tags.update({"mlflow.source.name": source, "mlflow.source.type": "JOB"})
+    if os.environ.get(INVOCATION_ENV):
+        all_tags[INVOCATION_TAG] = os.environ[INVOCATION_ENV]
+    if target.fallback_from:
+        all_tags[FALLBACK_TAG] = target.fallback_from
+    run_name = f"{rule}:{experiment_id or label}" if (experiment_id or label) else rule
+    try:
+        with mlflow.start_run(experiment_id=exp, run_name=run_name,
+                              tags={k: str(v) for k, v in all_tags.items()}) as run:
+            handle = Run(run)
+            if params:
+                handle.log_params(params)
+            yield handle
+    except (MlflowException, requests.RequestException) as e:
+        if not is_remote(target.uri):
+            raise
+        if probe(target.uri, retries=0):
+            raise TrackingError(_unreachable(target.uri, _reason(e), during=f"rule {rule}",
+                                             from_env=from_env)) from e
+        raise

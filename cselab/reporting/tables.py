@@ -1,0 +1,193 @@
+"""Result tables: our numbers (mean ± std over seeds) with the paper's number beside each, and
+for every method its paired difference to SimCSE on the same PLM with a bootstrap confidence
+interval over the evaluation pairs (the papers report single runs; this says whether a
+difference is real)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from cselab.io import open_atomic, write_text
+from cselab.reporting.published import lookup_any
+
+
+def score_table(rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
+                average: bool = True, digits: int = 2) -> pd.DataFrame:
+    """One row per experiment name (PLM x method), averaged over its seeds.
+
+    ``rows``: one dict per experiment id with keys ``name``, ``plm``, ``model``, ``method``,
+    ``objective``, ``options``, ``seed`` and ``scores`` (column -> value). ``sources``: the
+    (paper, table) pairs whose published numbers may stand beside ours; the first matching
+    setting wins. Columns: each metric, then ``<metric>_paper``; with ``average``, also
+    ``Avg``, ``Avg_std`` (over seeds), ``Avg_paper`` and ``Avg_gap`` (ours - paper).
+    """
+    out, order = [], list(dict.fromkeys(r["name"] for r in rows))
+    for name in order:
+        group = [r for r in rows if r["name"] == name]
+        first = group[0]
+        entry, note = lookup_any(sources, first["model"], first["objective"], first["options"])
+        paper = entry["scores"] if entry else {}
+        rec = {"plm": first["plm"], "model": first["model"], "method": first["method"], "experiment": name,
+               "seeds": " ".join(str(r["seed"]) for r in group if r["seed"] is not None) or "-"}
+        for col in columns:
+            values = [r["scores"][col] for r in group]
+            rec[col] = round(float(np.mean(values)), digits)
+            rec[f"{col}_std"] = round(float(np.std(values, ddof=1)), digits) if len(values) > 1 else None
+            rec[f"{col}_paper"] = paper.get(col)
+        if average:
+            avgs = [float(np.mean([r["scores"][c] for c in columns])) for r in group]
+            rec["Avg"] = round(float(np.mean(avgs)), digits)
+            rec["Avg_std"] = round(float(np.std(avgs, ddof=1)), digits) if len(avgs) > 1 else None
+            rec["Avg_paper"] = paper.get("Avg")
+            rec["Avg_gap"] = round(rec["Avg"] - paper["Avg"], digits) if paper.get("Avg") is not None else None
+        rec["note"] = note
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired-bootstrap comparison against SimCSE: over ``columns`` (their average, or the
+    single column), with ``metric`` (``spearman`` for STS pairs, ``accuracy`` for transfer
+    items); its columns are ``<prefix>diff``, ``<prefix>diff_ci_low``, ... ."""
+
+    label: str
+    columns: tuple[str, ...]
+    metric: str = "spearman"
+    prefix: str = ""
+
+
+def add_comparisons(df: pd.DataFrame, rows: list[dict], comparisons: Sequence[Comparison],
+                    n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Each trained non-SimCSE experiment against SimCSE on the same PLM (the table's first such row).
+
+    Adds ``baseline`` and, per comparison, ``diff`` (ours - baseline: the mean over the
+    comparison's columns, mean over seeds), ``diff_ci_low``/``diff_ci_high`` (paired bootstrap
+    over the evaluation items, resampled within each task, the same resamples for both models
+    and all seeds), ``p_value`` and ``significant`` (the interval excludes 0). Rows need
+    ``pairs``: column -> (gold, pred).
+    """
+    from cselab.reporting.stats import paired_bootstrap
+
+    by_name: dict[str, list[dict]] = {}
+    for r in rows:
+        by_name.setdefault(r["name"], []).append(r)
+    simcse = {}
+    for name, group in by_name.items():
+        if group[0]["objective"] == "simcse" and all(r["pairs"] is not None for r in group):
+            simcse.setdefault(group[0]["plm"], name)
+    stats = ("diff", "diff_ci_low", "diff_ci_high", "p_value", "significant")
+    out: dict[str, list] = {"baseline": []}
+    for c in comparisons:
+        out.update({c.prefix + k: [] for k in stats})
+    for name in df["experiment"]:
+        group, base = by_name[name], simcse.get(by_name[name][0]["plm"])
+        skip = (base is None or base == name or group[0]["seed"] is None or group[0]["objective"] == "simcse"
+                or any(r["pairs"] is None for r in group))
+        out["baseline"].append(None if skip else base)
+        for c in comparisons:
+            if skip:
+                for k in stats:
+                    out[c.prefix + k].append(None)
+                continue
+            cols = list(c.columns)
+            gold = {col: by_name[base][0]["pairs"][col][0] for col in cols}
+            res = paired_bootstrap(gold, [{col: r["pairs"][col][1] for col in cols} for r in group],
+                                   [{col: r["pairs"][col][1] for col in cols} for r in by_name[base]],
+                                   n_boot=n_boot, seed=seed, confidence=confidence, metric=c.metric, average=True)
+            for k, v in (("diff", round(res["diff"], 2)), ("diff_ci_low", round(res["ci_low"], 2)),
+                         ("diff_ci_high", round(res["ci_high"], 2)), ("p_value", round(res["p_value"], 4)),
+                         ("significant", bool(res["significant"]))):
+                out[c.prefix + k].append(v)
+    return df.assign(**out)
+
+
+def to_markdown(df: pd.DataFrame, columns: Sequence[str], title: str = "", digits: int = 2,
+                comparisons: Sequence[Comparison] = (), notes: Sequence[str] = ()) -> str:
+    """Render with 'ours (paper)' cells and one 'vs SimCSE [CI]' column per comparison."""
+    cols = list(columns) + (["Avg"] if "Avg" in df.columns else [])
+    shown = [c for c in comparisons if f"{c.prefix}diff" in df.columns and df[f"{c.prefix}diff"].notna().any()]
+    header = (["PLM", "method", "experiment"] + cols
+              + [f"vs SimCSE{': ' + c.label if c.label else ''} [CI]" for c in shown] + ["note"])
+    lines = [f"# {title}", ""] if title else []
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def cell(row, col):
+        ours = f"{row[col]:.{digits}f}"
+        std = row.get(f"{col}_std")
+        if std is not None and pd.notna(std):
+            ours += f" ± {std:.{digits}f}"
+        paper = row.get(f"{col}_paper")
+        return f"{ours} ({paper:.{digits}f})" if paper is not None and pd.notna(paper) else ours
+
+    def versus(row, p):
+        if pd.isna(row[f"{p}diff"]):
+            return ""
+        return (f"{row[p + 'diff']:+.2f} [{row[p + 'diff_ci_low']:+.2f}, {row[p + 'diff_ci_high']:+.2f}]"
+                + ("*" if row[p + "significant"] else ""))
+
+    for _, row in df.iterrows():
+        cells = [row["plm"], row["method"], row["experiment"]] + [cell(row, c) for c in cols]
+        cells += [versus(row, c.prefix) for c in shown]
+        lines.append("| " + " | ".join(str(c) for c in cells + [row["note"] or ""]) + " |")
+    lines += ["", "Cells: ours (paper). Ours is the mean over seeds ± standard deviation over seeds."]
+    if shown:
+        lines += ["vs SimCSE: ours minus SimCSE on the same PLM (the average over the compared columns, or the "
+                  "single column), with the paired bootstrap confidence interval over the evaluation items; "
+                  "* = the interval excludes 0."]
+    lines += [f"Note: {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def read_results(rows: list[dict]) -> list[dict]:
+    """Load each row's result files: ``scores`` from the JSONs, ``pairs`` from the ``.npz`` files."""
+    from cselab.reporting.stats import load_pairs
+
+    out = []
+    for row in rows:
+        scores, pairs = {}, None
+        for path in row["files"]:
+            if str(path).endswith(".npz"):
+                pairs = {**(pairs or {}), **load_pairs(path)}
+            else:
+                scores.update(json.loads(Path(path).read_text())["scores"])
+        out.append({**row, "scores": scores, "pairs": pairs})
+    return out
+
+
+def build_table(kind: str, rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
+                bootstrap: dict | None = None) -> tuple[pd.DataFrame, list[Comparison]]:
+    """The table of ``kind`` (:data:`cselab.pipeline.outputs.TABLE_KINDS`) from loaded ``rows``."""
+    from cselab.data.senteval import TRANSFER_TASKS
+    from cselab.evaluation.sts import STS_COLUMNS
+    from cselab.pipeline.outputs import TABLE_KINDS
+
+    spec = TABLE_KINDS[kind]
+    if kind == "methods":
+        rows = [{**r, "scores": {**r["scores"], "STS avg": float(np.mean([r["scores"][c] for c in STS_COLUMNS])),
+                                 "transfer avg": float(np.mean([r["scores"][t] for t in TRANSFER_TASKS
+                                                                if t in r["scores"]]))}} for r in rows]
+        tasks = tuple(t for t in TRANSFER_TASKS if t in rows[0]["scores"])
+        comparisons = [Comparison("STS avg", tuple(STS_COLUMNS), prefix="sts_"),
+                       Comparison("STS-B dev", ("STS-B dev",), prefix="dev_"),
+                       Comparison("transfer avg", tasks, "accuracy", prefix="transfer_")]
+    else:
+        metric = "accuracy" if kind == "transfer" else "spearman"
+        comparisons = [Comparison("", tuple(columns) if spec.average else tuple(columns)[:1], metric)]
+    df = score_table(rows, columns, sources, average=spec.average, digits=spec.digits)
+    if any(r["pairs"] is not None for r in rows):
+        df = add_comparisons(df, rows, comparisons, **(bootstrap or {}))
+    return df, comparisons
+
+
+def write(df: pd.DataFrame, columns: Sequence[str], csv_path: Path, md_path: Path, title: str, digits: int = 2,
+          comparisons: Sequence[Comparison] = (), notes: Sequence[str] = ()) -> None:
+    with open_atomic(csv_path) as fh:
+        df.to_csv(fh, index=False)
+    write_text(md_path, to_markdown(df, columns, title, digits, comparisons, notes))

@@ -1,0 +1,119 @@
+"""The sentence encoder shared by every method and every evaluator: a PLM and a pooler.
+
+The sentence embedding is the final-layer [CLS] vector (SimCSE's "cls_before_pooler") or the
+mean of the final layer over real tokens (``avg``). Training heads belong to the methods
+(:mod:`cselab.training.heads`). ``encode`` is the one inference path of every evaluator:
+length-sorted batches, dynamic padding, ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+POOLERS = ("cls", "avg")
+
+
+class SentenceEncoder(nn.Module):
+    def __init__(self, backbone: nn.Module, tokenizer, pooler: str = "cls"):
+        super().__init__()
+        if pooler not in POOLERS:
+            raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
+        self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone.config.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def initializer_range(self) -> float:
+        return getattr(self.backbone.config, "initializer_range", 0.02)
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Sentence embeddings from final-layer states ``[B, T, H]``."""
+        if self.pooler == "cls":
+            return hidden[:, 0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **backbone_kwargs):
+        """Pooled sentence embeddings ``[B, H]``; with ``output_hidden_states=True`` (or other
+        backbone arguments) also the backbone's output: ``(pooled, outputs)``."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs)
+        pooled = self.pool(out.last_hidden_state, attention_mask)
+        return (pooled, out) if backbone_kwargs else pooled
+
+    def tokenize(self, sentences: list[str], max_len: int) -> list[list[int]]:
+        return self.tokenizer(list(sentences), truncation=True, max_length=max_len,
+                              add_special_tokens=True)["input_ids"]
+
+    def pad(self, ids: list[list[int]]) -> dict[str, torch.Tensor]:
+        return pad_batch(ids, self.tokenizer.pad_token_id, self.device)
+
+    @torch.inference_mode()
+    def encode(self, sentences: list[str], batch_size: int = 128, max_len: int = 512) -> np.ndarray:
+        """Evaluation embeddings (no MLP head), in input order, as float32 numpy."""
+        was_training = self.training
+        self.eval()
+        ids = self.tokenize(sentences, max_len)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out = np.empty((len(ids), self.hidden_size), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            batch = self.pad([ids[i] for i in idx])
+            out[idx] = self(**batch).float().cpu().numpy()
+        self.train(was_training)
+        return out
+
+    def save(self, out_dir: Path, max_seq_length: int = 512) -> None:
+        """Save in Hugging Face format plus a sentence-transformers export (CLS pooling).
+
+        The folder loads with ``AutoModel.from_pretrained`` and with ``SentenceTransformer(out_dir)``.
+        """
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.backbone.save_pretrained(out_dir)
+        self.tokenizer.save_pretrained(out_dir)
+        (out_dir / "1_Pooling").mkdir(exist_ok=True)
+        modes = {"cls": "pooling_mode_cls_token", "avg": "pooling_mode_mean_tokens"}
+        pooling = {"word_embedding_dimension": self.hidden_size, "pooling_mode_cls_token": False,
+                   "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+                   "pooling_mode_mean_sqrt_len_tokens": False}
+        pooling[modes[self.pooler]] = True
+        files = {
+            "1_Pooling/config.json": pooling,
+            "modules.json": [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ],
+            "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
+            "config_sentence_transformers.json": {"similarity_fn_name": "cosine"},
+        }
+        for name, content in files.items():
+            (out_dir / name).write_text(json.dumps(content, indent=2))
+
+
+def pad_batch(ids: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Right-pad token id lists into ``input_ids``/``attention_mask`` tensors."""
+    length = max(len(x) for x in ids)
+    input_ids = torch.full((len(ids), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), length), dtype=torch.long)
+    for row, x in enumerate(ids):
+        input_ids[row, :len(x)] = torch.tensor(x, dtype=torch.long)
+        mask[row, :len(x)] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+
+
+def load_encoder(model_dir: Path, pooler: str = "cls", dropout: float | None = None) -> SentenceEncoder:
+    from cselab.training.models import load_backbone
+
+    tokenizer, backbone = load_backbone(Path(model_dir), dropout=dropout)
+    return SentenceEncoder(backbone, tokenizer, pooler=pooler)

@@ -1,0 +1,44 @@
+"""Training heads over the pooled sentence embedding, used in training only (SimCSE's
+"mlp_only_train"; evaluation reads the raw [CLS]). A method picks its head by name:
+
+- ``mlp``: ``Linear(H, H) + Tanh`` (SimCSE, Gao et al., 2021, section 3; CompCSE);
+- ``batchnorm``: ``Linear(H, 2H, no bias) -> BatchNorm1d(2H) -> ReLU -> Linear(2H, H, no bias)
+  -> BatchNorm1d(H, affine=False)`` (DiffCSE, Chuang et al., 2022, section 3; InfoCSE's code);
+- ``linear``: ``Linear(H, H)`` (the gradient paradigm, 2024, section 5);
+- ``none``: the identity.
+
+Linear layers are initialised ``N(0, init_std)`` with zero bias: the references build the head
+before the model's weight init runs, so it gets BERT's init (``init_std`` = the PLM's
+``initializer_range``, 0.02); the gradient paradigm's head uses 6e-3.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+HEADS = ("mlp", "batchnorm", "linear", "none")
+
+
+def make_head(kind: str, hidden: int, init_std: float = 0.02) -> nn.Module:
+    if kind == "mlp":
+        head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
+    elif kind == "batchnorm":
+        head = nn.Sequential(nn.Linear(hidden, 2 * hidden, bias=False), nn.BatchNorm1d(2 * hidden), nn.ReLU(),
+                             nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False))
+    elif kind == "linear":
+        head = nn.Linear(hidden, hidden)
+    elif kind == "none":
+        return nn.Identity()
+    else:
+        raise ValueError(f"unknown head {kind!r}; valid heads: {', '.join(HEADS)}")
+    init_linear(head, init_std)
+    return head
+
+
+def init_linear(module: nn.Module, std: float) -> None:
+    """BERT's init for every Linear in ``module``: weights ``N(0, std)``, biases 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)

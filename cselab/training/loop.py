@@ -1,0 +1,305 @@
+"""The one training loop every method shares: a plain, readable torch loop.
+
+Per step: a shuffled batch of corpus sentences -> the method's ``prepare`` (outside the
+forward, no gradients) -> its forward under autocast (named loss terms) -> AdamW with a linear
+learning-rate decay (the HF Trainer defaults SimCSE used: no weight decay, gradient norm
+clipped at 1.0; ``precision: fp16`` with a gradient scaler, as the references trained). Loss
+terms are accumulated on the device and read once per logging window. The encoder is scored
+on STS-B dev at multiples of ``eval_steps`` (as the references' trainer does; the last step
+too only with ``eval_at_end``) and the best checkpoint is kept. A pretraining stage runs the
+same loop without dev scoring and exports its final state instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import math
+import random
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from cselab.data.corpus import read_sentences
+from cselab.errors import DataError
+from cselab.io import link_or_copy, open_atomic, write_json, write_with
+from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
+from cselab.training.encoder import SentenceEncoder, load_encoder
+from cselab.training.methods import build_objective
+from cselab.training.models import resolve_model
+
+log = logging.getLogger(__name__)
+
+CURVE_FIELDS = ["step", "epoch", "loss", "lr", "stsb_dev_spearman", "sentences_per_s"]
+DevScore = Callable[[SentenceEncoder], "float | dict"]
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Precision:
+    """Autocast and loss scaling for one ``training.precision``: ``auto`` (bf16 on CUDA, fp32
+    elsewhere), ``fp32``, ``bf16`` (no scaler needed) or ``fp16`` (with a gradient scaler, as the
+    references' HF Trainer ran ``--fp16``)."""
+
+    def __init__(self, name: str, device: torch.device):
+        if name == "auto":
+            name = "bf16" if device.type == "cuda" else "fp32"
+        self.name, self.device = name, device
+        self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+        if self.scaler.is_enabled():  # a step the scaler skips (overflow) still advances the schedule, as in HF
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, params: list, max_grad_norm: float | None) -> None:
+        """Unscale, clip, step (skipped by the scaler when fp16 gradients overflowed), update."""
+        if max_grad_norm:
+            self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+
+class Window:
+    """Sums of the logged values over a logging window, kept on the device (no per-step sync)."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.steps = self.sentences = 0
+        self.start = time.perf_counter()
+
+    def add(self, values: dict, sentences: int) -> None:
+        for key, value in values.items():
+            value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
+            self.sums[key] = self.sums[key] + value if key in self.sums else value
+        self.steps += 1
+        self.sentences += sentences
+
+    def state(self) -> dict:
+        return {"sums": self.sums, "steps": self.steps, "sentences": self.sentences}
+
+    @classmethod
+    def restore(cls, state: dict | None) -> "Window":
+        window = cls()
+        if state:
+            window.sums, window.steps, window.sentences = state["sums"], state["steps"], state["sentences"]
+        return window
+
+    def means(self) -> dict[str, float]:
+        """Read the window's means (one device sync) and its wall time."""
+        keys = list(self.sums)
+        tensors = [self.sums[k] for k in keys if isinstance(self.sums[k], torch.Tensor)]
+        values = iter(torch.stack(tensors).tolist()) if tensors else iter(())
+        out = {k: (next(values) if isinstance(self.sums[k], torch.Tensor) else self.sums[k]) / self.steps
+               for k in keys}
+        self.seconds = time.perf_counter() - self.start
+        return out
+
+
+@dataclass
+class TrainResult:
+    best_step: int
+    best_dev: float
+    steps: int
+    train_seconds: float
+    sentences_per_s: float
+    curve: list[dict] = field(repr=False, default_factory=list)
+    resumed_from: int = 0
+
+
+def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
+          on_log: Callable[[dict], None] | None = None, device: str | None = None,
+          checkpoint_dir: Path | None = None, artifacts: dict[str, Path] | None = None) -> TrainResult:
+    """Train one experiment (or pretraining stage). ``spec`` is ``experiment_spec``'s output.
+
+    ``dev_score(encoder)`` returns STS-B dev Spearman x100 (the checkpoint-selection metric), or
+    a dict with it under ``stsb_dev_spearman`` plus other metrics for the curve; the best
+    checkpoint goes to ``out_dir/model`` (HF + sentence-transformers format, plus the primary
+    method's head in ``head.pt``). Without ``dev_score`` (a pretraining stage) nothing is scored
+    and the primary method exports its final state to ``out_dir/model``. The curve goes to
+    ``out_dir/curve.csv``; ``on_log(row)`` receives every curve row (for MLflow) once.
+    ``training.stop_at`` ends the run early without shortening the learning-rate schedule.
+    ``checkpoint_dir`` holds the resumable state (``training.checkpoint_steps``); it is deleted
+    when training completes. ``artifacts`` are the upstream artifacts the methods declared.
+    """
+    t = spec["training"]
+    set_seed(spec["seed"])
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    out_dir = Path(out_dir)
+    model_dir = out_dir / "model"
+
+    plm_dir = resolve_model(spec["model"])
+    encoder = load_encoder(plm_dir, pooler=t["pooler"], dropout=t.get("dropout")).to(dev)
+    objective = build_objective(spec, encoder, artifacts, plm_dir).to(dev)
+
+    sentences = read_sentences(corpus_path, min_lines=2)
+    ids = encoder.tokenize(sentences, t["max_len"])
+    objective.attach_corpus(sentences, ids)
+    batch_size = t["batch_size"]
+    per_epoch = len(ids) // batch_size + (1 if len(ids) % batch_size >= 2 else 0)
+    if per_epoch == 0:
+        raise DataError(f"training corpus {corpus_path} has {len(ids)} sentences, fewer than 2 per batch")
+    total = per_epoch * t["epochs"]  # the schedule's length
+    if t.get("max_steps"):
+        total = min(total, t["max_steps"])
+    last = min(total, t.get("stop_at") or total)  # the last step actually trained
+
+    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
+              *objective.param_groups(t["lr"])]
+    params = [p for g in groups for p in g["params"]]
+    optimizer = torch.optim.AdamW(groups, lr=t["lr"], weight_decay=t.get("weight_decay", 0.0))
+    warmup = t.get("warmup_steps", 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+    generator = torch.Generator().manual_seed(spec["seed"])
+    precision = Precision(t.get("precision", "auto"), dev)
+
+    curve: list[dict] = []
+    best_step, best_dev = -1, -math.inf
+    step, seen, train_time = 0, 0, 0.0
+    epoch0, order, start0, window_state = 0, None, 0, None
+
+    def record(row: dict) -> None:
+        curve.append(row)
+        if on_log:
+            on_log(row)
+
+    def save_model(target: Path) -> None:
+        def fill(tmp: Path) -> None:
+            if dev_score is None:
+                objective.primary.export(tmp)
+                return
+            encoder.save(tmp)
+            head = getattr(objective.primary, "head", None)
+            if isinstance(head, torch.nn.Module):
+                torch.save(head.state_dict(), tmp / "head.pt")
+        write_with(target, fill)
+
+    def evaluate(step: int, epoch: int, keep: bool) -> None:
+        nonlocal best_step, best_dev
+        out = dev_score(encoder)
+        metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
+        score = metrics["stsb_dev_spearman"]
+        log.info("step %d: STS-B dev Spearman %.2f", step, score)
+        record({"step": step, "epoch": epoch, **metrics})
+        if keep and not math.isnan(score) and score > best_dev:
+            best_step, best_dev = step, score
+            save_model(model_dir)
+
+    every = t.get("checkpoint_steps") or 0
+    checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
+    state = checkpoints.load() if checkpoints else None
+    if state:
+        log.info("resuming %s from step %d", spec["id"], state["step"])
+        encoder.load_state_dict(state["encoder"])
+        objective.load_state_dict(state["objective"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        precision.scaler.load_state_dict(state["scaler"])
+        set_rng_state(state["rng"], generator)
+        curve = state["curve"]
+        step, seen, train_time = state["step"], state["seen"], state["train_time"]
+        best_step, best_dev = state["best_step"], state["best_dev"]
+        epoch0, order, start0 = state["epoch"], state["order"], state["next_start"]
+        window_state = state["window"]
+        if best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
+            write_with(model_dir, lambda tmp: shutil.copytree(state["best_dir"], tmp, copy_function=link_or_copy))
+        else:
+            shutil.rmtree(model_dir, ignore_errors=True)
+    resumed_from = step
+
+    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s)", spec["id"], len(ids), last,
+             total, batch_size, " + ".join(objective.names), dev, precision.name)
+    if not state and dev_score is not None:
+        evaluate(0, 0, keep=False)
+    objective.train()
+    encoder.train()
+    window = Window.restore(window_state)
+    eval_steps, log_steps = t.get("eval_steps") or 0, t.get("log_steps", 10)
+    for epoch in range(epoch0, t["epochs"]):
+        if step >= last:
+            break
+        if order is None:
+            order = torch.randperm(len(ids), generator=generator).tolist()
+        for start in range(start0, per_epoch * batch_size, batch_size):
+            index = order[start:start + batch_size]
+            batch = {**encoder.pad([ids[i] for i in index]), "index": torch.tensor(index, device=dev)}
+            with torch.no_grad():
+                batch = objective.prepare(batch)
+            with precision.autocast():
+                loss, terms, scalars = objective(batch)
+            precision.backward(loss)
+            precision.step(optimizer, params, t.get("max_grad_norm"))
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            seen += len(index)
+            window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
+                       len(index))
+            if step % log_steps == 0 or step == last:
+                means = window.means()
+                if not math.isfinite(means["loss"]):
+                    raise FloatingPointError(f"loss became {means['loss']} by step {step}; lower training.lr")
+                train_time += window.seconds
+                record({"step": step, "epoch": epoch, **means, "lr": scheduler.get_last_lr()[0],
+                        "sentences_per_s": window.sentences / window.seconds})
+                window = Window()
+            if dev_score is not None and ((eval_steps and step % eval_steps == 0)
+                                          or (t.get("eval_at_end") and step == last)):
+                evaluate(step, epoch, keep=True)
+                encoder.train()
+                window.start = time.perf_counter() if window.steps == 0 else window.start
+            if step >= last:
+                break
+            if checkpoints and every and step % every == 0:  # after the step's evaluation: RNGs as they are now
+                checkpoints.save({
+                    "encoder": encoder.state_dict(), "objective": objective.state_dict(),
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "scaler": precision.scaler.state_dict(),
+                    "rng": rng_state(generator), "epoch": epoch, "order": order, "next_start": start + batch_size,
+                    "step": step, "seen": seen, "train_time": train_time, "best_step": best_step,
+                    "best_dev": best_dev, "curve": curve, "window": window.state(),
+                }, model_dir if best_step >= 0 else None)
+        order, start0 = None, 0
+    if dev_score is None or best_step < 0:
+        if dev_score is not None and any("stsb_dev_spearman" in r and r["step"] > 0 for r in curve):
+            raise FloatingPointError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
+        if dev_score is not None:
+            log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", step,
+                        eval_steps)
+        best_step, best_dev = step, math.nan
+        save_model(model_dir)
+    write_json(model_dir / "cselab.json", {"experiment": spec, "best_step": best_step, "stsb_dev_spearman": best_dev})
+    write_curve(curve, out_dir / "curve.csv")
+    if checkpoint_dir:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    return TrainResult(best_step=best_step, best_dev=best_dev, steps=step, train_seconds=train_time,
+                       sentences_per_s=seen / train_time if train_time else float("nan"), curve=curve,
+                       resumed_from=resumed_from)
+
+
+def write_curve(curve: list[dict], path: Path) -> None:
+    fields = CURVE_FIELDS + sorted({k for row in curve for k in row} - set(CURVE_FIELDS))
+    with open_atomic(path) as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(curve)

@@ -1,0 +1,267 @@
+"""The method contract: what one training method brings to the shared loop.
+
+A method is one module in this folder, found by scanning it (no list to edit), plus an entry
+under ``methods:`` in the config. A :class:`Method` subclass with a ``name`` registers itself;
+it receives a :class:`Context` and owns
+
+- its training head(s) (:func:`cselab.training.heads.make_head`) and any extra networks:
+  trainable ones are ordinary submodules (optimised and checkpointed), fixed inputs are
+  registered with :meth:`Method.freeze` (no gradients, not in the optimizer, not in the
+  resumable state, moved to the device with the method);
+- its parameter groups (:meth:`Method.param_groups`, an own learning rate allowed);
+- :meth:`Method.prepare`, run on every batch outside the forward and without gradients
+  (masking, splitting);
+- :meth:`Method.forward`, returning named loss terms and extra scalars (:class:`Output`);
+- the upstream artifacts it needs (:meth:`Method.requires`: a name under ``pretraining:`` in the
+  config per role), which the workflow turns into rule dependencies; their local paths
+  arrive in ``Context.artifacts``;
+- for a pretraining stage, :meth:`Method.export`: what it leaves for later stages.
+
+An experiment trains one primary method plus any number of weighted auxiliary methods
+(:class:`Objective`); the primary publishes what auxiliaries need (the sentence embedding of
+each view) in the ``shared`` dict it receives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from cselab.errors import ConfigError
+
+_REGISTRY: dict[str, type["Method"]] = {}
+_SCANNED = False
+
+
+def registry() -> dict[str, type["Method"]]:
+    """Every method in this folder by name (the folder is scanned once)."""
+    global _SCANNED
+    if not _SCANNED:
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
+        _SCANNED = True
+    return _REGISTRY
+
+
+def method_class(name: str, where: str = "objective") -> type["Method"]:
+    methods = registry()
+    if name not in methods:
+        raise ConfigError(f"config key '{where}': unknown method {name!r}; valid methods: {', '.join(sorted(methods))}")
+    return methods[name]
+
+
+@dataclass
+class Context:
+    """What a method is built from."""
+
+    encoder: nn.Module                 # the sentence encoder the loop trains (backbone + pooler)
+    options: Any                       # the method's validated ``Options``
+    training: dict                     # the experiment's training settings
+    artifacts: dict[str, Path] = field(default_factory=dict)  # declared upstream artifacts
+    model_dir: Path | None = None      # the PLM's local folder (for a second copy of it)
+
+    @property
+    def tokenizer(self):
+        return self.encoder.tokenizer
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder.hidden_size
+
+
+@dataclass
+class Output:
+    """One batch's result: ``losses`` (named loss terms, summed into the total) and ``scalars``
+    (anything else worth logging); both are averaged over the logging window."""
+
+    losses: dict[str, torch.Tensor]
+    scalars: dict[str, torch.Tensor | float] = field(default_factory=dict)
+
+
+class Method(nn.Module):
+    """Base class; see the module docstring. ``Options`` is a dataclass of its config options."""
+
+    name: ClassVar[str] = ""
+    #: whether it can be an experiment's primary method, an auxiliary objective, or both
+    roles: ClassVar[tuple[str, ...]] = ("primary",)
+
+    @dataclasses.dataclass
+    class Options:
+        pass
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):
+            _REGISTRY[cls.name] = cls
+
+    def __init__(self, ctx: Context):
+        super().__init__()
+        self.ctx = ctx
+        self.options = ctx.options
+        object.__setattr__(self, "_frozen", {})
+
+    # -- configuration --------------------------------------------------------------------
+
+    @classmethod
+    def check_options(cls, options: dict, where: str = "options"):
+        """Build ``Options`` from a dict; unknown keys or bad values raise ConfigError naming them."""
+        fields = {f.name for f in dataclasses.fields(cls.Options)}
+        unknown = sorted(set(options) - fields)
+        if unknown:
+            raise ConfigError(f"unknown config key '{where}.{unknown[0]}' for method {cls.name!r}; "
+                              f"valid options: {', '.join(sorted(fields)) or '(none)'}")
+        opts = cls.Options(**options)
+        problem = cls.validate_options(opts)
+        if problem:
+            key, msg = problem
+            raise ConfigError(f"config key '{where}.{key}': {msg}")
+        return opts
+
+    @classmethod
+    def validate_options(cls, options) -> tuple[str, str] | None:
+        """Return (key, message) for an invalid option value, or None."""
+        return None
+
+    @classmethod
+    def requires(cls, options) -> dict[str, str]:
+        """Upstream artifacts: role -> name of a ``pretraining:`` entry (built per PLM)."""
+        return {}
+
+    # -- networks ---------------------------------------------------------------------------
+
+    def freeze(self, name: str, module: nn.Module, train_mode: bool = False) -> nn.Module:
+        """Keep ``module`` as a fixed input: no gradients, outside the optimizer and the
+        resumable state. ``train_mode`` keeps its dropout active while the method trains."""
+        module.requires_grad_(False)
+        self._frozen[name] = (module, train_mode)
+        object.__setattr__(self, name, module)
+        return module
+
+    def frozen(self) -> dict[str, nn.Module]:
+        return {name: module for name, (module, _) in self._frozen.items()}
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__.get("_frozen", ()):  # ``self.x = self.freeze("x", ...)``: stays unregistered
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        for module, _ in self._frozen.values():
+            module._apply(fn)
+        return self
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for module, train_mode in self._frozen.values():
+            module.train(mode and train_mode)
+        return self
+
+    def param_groups(self, lr: float) -> list[dict]:
+        """Optimizer groups of the method's own trainable parameters (default: one, at ``lr``)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        return [{"params": params, "lr": lr}] if params else []
+
+    # -- training ---------------------------------------------------------------------------
+
+    def attach_corpus(self, sentences: list[str], token_ids: list[list[int]]) -> None:
+        """Called once before training with the corpus (and its token ids, in the same order);
+        for methods that precompute per-sentence inputs (``batch["index"]`` selects them)."""
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Add inputs to a batch (``input_ids``, ``attention_mask``, ``index``) before the forward."""
+        return batch
+
+    def forward(self, batch: dict[str, torch.Tensor], shared: dict[str, Any]) -> Output:
+        raise NotImplementedError
+
+    def export(self, out_dir: Path) -> None:
+        """A pretraining stage writes the artifact later stages read (see :meth:`requires`)."""
+        raise NotImplementedError(f"method {self.name!r} is not a pretraining stage")
+
+
+class Objective(nn.Module):
+    """An experiment's objective: a primary method plus weighted auxiliaries, each a :class:`Method`.
+
+    ``total = w_0 * sum(primary terms) + sum_k w_k * sum(terms of auxiliary k)``; every term is
+    reported by name (an auxiliary's terms keep their names; a clash gets the method's name
+    as prefix), and so is ``total``.
+    """
+
+    def __init__(self, components: list[tuple[str, float, Method]]):
+        super().__init__()
+        self.names = [name for name, _, _ in components]
+        self.weights = [float(w) for _, w, _ in components]
+        self.components = nn.ModuleList(m for _, _, m in components)
+
+    @property
+    def primary(self) -> Method:
+        return self.components[0]
+
+    def param_groups(self, lr: float) -> list[dict]:
+        return [g for m in self.components for g in m.param_groups(lr)]
+
+    def frozen(self) -> dict[str, nn.Module]:
+        return {f"{n}.{k}": v for n, m in zip(self.names, self.components) for k, v in m.frozen().items()}
+
+    def attach_corpus(self, sentences: list[str], token_ids: list[list[int]]) -> None:
+        for m in self.components:
+            m.attach_corpus(sentences, token_ids)
+
+    def prepare(self, batch: dict) -> dict:
+        for m in self.components:
+            batch = m.prepare(batch)
+        return batch
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
+        """Return ``(total, {term: value, ..., "total": total}, scalars)``."""
+        shared: dict[str, Any] = {}
+        terms: dict[str, torch.Tensor] = {}
+        scalars: dict = {}
+        total = None
+        for name, weight, method in zip(self.names, self.weights, self.components):
+            out = method(batch, shared)
+            for key, value in out.losses.items():
+                terms[f"{name}.{key}" if key in terms else key] = value
+                total = weight * value if total is None else total + weight * value
+            scalars.update(out.scalars)
+        terms["total"] = total
+        return total, terms, scalars
+
+
+def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
+                    model_dir: Path | None = None) -> Objective:
+    """The objective of an experiment ``spec`` (see :func:`cselab.pipeline.config.experiment_spec`)."""
+    components = []
+    for entry in spec_components(spec):
+        cls = method_class(entry["method"])
+        ctx = Context(encoder=encoder, options=cls.check_options(entry["options"]), training=spec["training"],
+                      artifacts={role: Path(p) for role, p in (artifacts or {}).items()
+                                 if role in cls.requires(cls.check_options(entry["options"]))},
+                      model_dir=model_dir)
+        components.append((entry["method"], entry["weight"], cls(ctx)))
+    return Objective(components)
+
+
+def spec_components(spec: dict) -> list[dict]:
+    """``[{"method", "weight", "options"}]``: the primary first, then the auxiliaries in order."""
+    primary = {"method": spec["objective"], "weight": spec.get("weight", 1.0), "options": spec["options"]}
+    return [primary] + [{"method": name, "weight": aux["weight"], "options": aux.get("options", {})}
+                        for name, aux in spec.get("auxiliaries", {}).items()]
+
+
+def required_artifacts(spec: dict) -> dict[str, str]:
+    """role -> ``pretraining:`` entry name, over all of an experiment's methods."""
+    out: dict[str, str] = {}
+    for entry in spec_components(spec):
+        cls = method_class(entry["method"])
+        out.update(cls.requires(cls.check_options(entry["options"])))
+    return out

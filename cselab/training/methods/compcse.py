@@ -1,0 +1,185 @@
+"""Composition-contrastive learning, CompCSE (Chanchani & Huang, 2023, section 3).
+
+The positive is built in latent space: the sentence is split into ``k`` contiguous parts
+("naive partition"; k = 2 is left half / right half), each part is encoded in its own forward
+pass with dropout, the parts' raw [CLS] vectors are aggregated, and the training head runs on
+the aggregate and on the full-sentence anchor ("Resultant [CLS] tokens are then aggregated and
+passed through a linear projector", Figure 1; the authors' ``cl_forward`` does the same).
+InfoNCE, optionally on the first ``d0`` coordinates, then pulls ``z`` towards ``z+``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from cselab.errors import ConfigError
+from cselab.training.encoder import pad_batch
+from cselab.training.heads import HEADS, init_linear, make_head
+from cselab.training.losses import info_nce
+from cselab.training.methods import Method, Output
+
+AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
+COMPOSE = ("z+", "z", "both")
+#: where the training head runs: on the aggregate (the paper and the authors' code) or on each
+#: part before aggregating (this project's first implementation, kept for comparison)
+HEAD_PLACEMENT = ("after_aggregation", "per_part")
+#: the unit the partition cuts: subword tokens of the tokenised sentence ("split the tokens of
+#: x_i in half", section 3), or whitespace words of the text, each part tokenised on its own
+PARTITION_UNITS = ("subword", "word")
+
+
+def split_ids(ids: list[int], k: int) -> list[list[int]]:
+    """Split one tokenised sentence ``[CLS] t_1 .. t_n [SEP]`` into ``k`` contiguous parts.
+
+    The content tokens (between the special tokens) are cut on token boundaries at
+    ``floor(j * n / k)``, so part sizes differ by at most one and the left part is the shorter
+    one; each part is re-wrapped as ``[CLS] part [SEP]`` with the model's own special tokens.
+    When ``n < k`` some cut would be empty: an empty part takes the whole content instead, so a
+    1-token sentence composes its positive from copies of itself (SimCSE-like) rather than from
+    an empty string. A sentence with no content token yields ``k`` copies of ``[CLS] [SEP]``.
+    """
+    cls, content, sep = ids[:1], ids[1:-1], ids[-1:]
+    return [cls + p + sep for p in _cut(content, k)]
+
+
+def split_words(sentence: str, k: int) -> list[str]:
+    """The word-level partition: ``k`` contiguous runs of whitespace words, cut as :func:`split_ids`."""
+    return [" ".join(p) for p in _cut(sentence.split(), k)]
+
+
+def _cut(items: list, k: int) -> list[list]:
+    n = len(items)
+    cuts = [j * n // k for j in range(k + 1)]
+    return [items[cuts[j]:cuts[j + 1]] or items for j in range(k)]
+
+
+def split_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, k: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """Partition a padded batch; rows come part-major: part j of sentence i is row ``j * B + i``."""
+    lengths = attention_mask.sum(1).tolist()
+    rows = [split_ids(input_ids[i, :n].tolist(), k) for i, n in enumerate(lengths)]
+    ordered = [rows[i][j] for j in range(k) for i in range(len(rows))]
+    return pad_batch(ordered, pad_id, input_ids.device)
+
+
+class Aggregator(nn.Module):
+    """Compose ``k`` part embeddings ``[k, B, d]`` into one ``[B, d]`` (CompCSE Table 3)."""
+
+    def __init__(self, mode: str, k: int, dim: int, init_std: float = 0.02):
+        super().__init__()
+        self.mode, self.k = mode, k
+        if mode == "concat_project":
+            self.proj = nn.Linear(k * dim, dim)
+        elif mode == "concat_absdiff_project":
+            self.proj = nn.Linear(3 * dim, dim)
+        init_linear(self, init_std)
+
+    def forward(self, parts: torch.Tensor) -> torch.Tensor:
+        if self.mode == "sum":
+            return parts.sum(0)
+        if self.mode == "avg":
+            return parts.mean(0)
+        if self.mode == "concat_halves":
+            # [z'_{:d/2}; z''_{d/2:}], generalised to k parts: coordinate chunk j from part j.
+            chunks = [c[j] for j, c in enumerate(torch.tensor_split(parts, self.k, dim=-1))]
+            return torch.cat(chunks, dim=-1)
+        if self.mode == "concat_project":
+            return self.proj(torch.cat(list(parts), dim=-1))
+        a, b = parts[0], parts[1]
+        return self.proj(torch.cat([a, b, (a - b).abs()], dim=-1))
+
+
+class CompCSE(Method):
+    """Anchor ``z`` = full sentence; positive ``z+`` = the training head over the aggregate of the
+    parts' raw [CLS] vectors.
+
+    Options: ``partitions`` (k, 2-4), ``aggregation`` (sum, avg, concat_halves,
+    concat_project, concat_absdiff_project), ``compose`` which side is composed (``z+``: the
+    positive, the paper's default; ``z``: the anchor; ``both``: two independently-dropped-out
+    compositions), ``d0`` (InfoNCE on the first d0 coordinates only, DirectCLR), ``head``,
+    ``head_placement`` and ``partition_unit`` (see :data:`HEAD_PLACEMENT`, :data:`PARTITION_UNITS`).
+    """
+
+    name = "compcse"
+
+    @dataclasses.dataclass
+    class Options:
+        partitions: int = 2
+        aggregation: str = "avg"
+        compose: str = "z+"
+        d0: int | None = None
+        head: str = "mlp"
+        head_placement: str = "after_aggregation"
+        partition_unit: str = "subword"
+
+    @classmethod
+    def validate_options(cls, o):
+        if not isinstance(o.partitions, int) or not 2 <= o.partitions <= 4:
+            return "partitions", f"must be an integer in 2..4, got {o.partitions!r}"
+        if o.aggregation not in AGGREGATIONS:
+            return "aggregation", f"{o.aggregation!r} is not one of {list(AGGREGATIONS)}"
+        if o.aggregation == "concat_absdiff_project" and o.partitions != 2:
+            return "aggregation", "concat_absdiff_project is defined for partitions = 2 only"
+        if o.compose not in COMPOSE:
+            return "compose", f"{o.compose!r} is not one of {list(COMPOSE)}"
+        if o.d0 is not None and (not isinstance(o.d0, int) or o.d0 < 1):
+            return "d0", f"must be a positive integer or null, got {o.d0!r}"
+        for key, valid in (("head", HEADS), ("head_placement", HEAD_PLACEMENT), ("partition_unit", PARTITION_UNITS)):
+            if getattr(o, key) not in valid:
+                return key, f"{getattr(o, key)!r} is not one of {list(valid)}"
+        return None
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o, hidden = self.options, ctx.hidden_size
+        if o.d0 is not None and o.d0 > hidden:
+            raise ConfigError(f"config key 'options.d0': {o.d0} exceeds the model's hidden size {hidden}")
+        std = ctx.encoder.initializer_range
+        self.head = make_head(o.head, hidden, std)
+        self.aggregate = Aggregator(o.aggregation, o.partitions, hidden, std)
+        self.temperature = ctx.training["temperature"]
+        self.part_ids: list[list[list[int]]] | None = None
+
+    def attach_corpus(self, sentences, token_ids):
+        if self.options.partition_unit == "word":
+            k, tok = self.options.partitions, self.ctx.tokenizer
+            max_len = self.ctx.training["max_len"]
+            parts = [split_words(s, k) for s in sentences]
+            self.part_ids = [tok([p[j] for p in parts], truncation=True, max_length=max_len)["input_ids"]
+                             for j in range(k)]
+
+    def prepare(self, batch):
+        k = self.options.partitions
+        if self.part_ids is None:
+            parts = split_batch(batch["input_ids"], batch["attention_mask"], k, self.ctx.tokenizer.pad_token_id)
+        else:
+            index = batch["index"].tolist()
+            parts = pad_batch([self.part_ids[j][i] for j in range(k) for i in index],
+                              self.ctx.tokenizer.pad_token_id, batch["input_ids"].device)
+        return {**batch, "parts_input_ids": parts["input_ids"], "parts_attention_mask": parts["attention_mask"]}
+
+    def compose(self, batch, copies: int = 1) -> list[torch.Tensor]:
+        """``copies`` independent compositions of the batch, from one forward pass."""
+        k, n = self.options.partitions, batch["input_ids"].size(0)
+        ids, mask = batch["parts_input_ids"], batch["parts_attention_mask"]
+        if copies > 1:
+            ids, mask = ids.repeat(copies, 1), mask.repeat(copies, 1)
+        parts = self.ctx.encoder(ids, mask).view(copies, k, n, -1)
+        if self.options.head_placement == "per_part":
+            return [self.aggregate(self.head(parts[c].reshape(k * n, -1)).view(k, n, -1)) for c in range(copies)]
+        return [self.head(self.aggregate(parts[c])) for c in range(copies)]
+
+    def forward(self, batch, shared):
+        mode = self.options.compose
+        if mode == "both":
+            anchor, positive = self.compose(batch, copies=2)
+        else:
+            pooled = self.ctx.encoder(batch["input_ids"], batch["attention_mask"])
+            full = self.head(pooled)
+            shared.update(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          pooled=pooled, projected=full)
+            composed = self.compose(batch)[0]
+            anchor, positive = (full, composed) if mode == "z+" else (composed, full)
+        return Output({"contrastive": info_nce(anchor, positive, self.temperature, self.options.d0)})

@@ -1,0 +1,45 @@
+"""Unsupervised SimCSE (Gao et al., 2021, section 3): the positive is the same sentence encoded
+a second time with independent dropout."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cselab.training.heads import HEADS, make_head
+from cselab.training.losses import info_nce
+from cselab.training.methods import Method, Output
+
+
+class SimCSE(Method):
+    """The batch is duplicated and encoded in one forward pass (dropout differs per row); the two
+    halves, through the training head, are the anchor and positive views for InfoNCE with
+    in-batch negatives.
+
+    Options: ``head``, the training head (``mlp``, SimCSE's; ``batchnorm``, DiffCSE's and
+    InfoCSE's projector; ``linear``; ``none``).
+    """
+
+    name = "simcse"
+
+    @dataclasses.dataclass
+    class Options:
+        head: str = "mlp"
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.head not in HEADS:
+            return "head", f"{o.head!r} is not one of {list(HEADS)}"
+        return None
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.head = make_head(self.options.head, ctx.hidden_size, ctx.encoder.initializer_range)
+        self.temperature = ctx.training["temperature"]
+
+    def forward(self, batch, shared):
+        n = batch["input_ids"].size(0)
+        ids, mask = batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)
+        pooled = self.ctx.encoder(ids, mask)
+        z = self.head(pooled)
+        shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z)
+        return Output({"contrastive": info_nce(z[:n], z[n:], self.temperature)})

@@ -1,0 +1,57 @@
+"""The papers' numbers (cselab/reporting/published/*.yaml): every file parses, every printed
+average is the mean of its row, and each comparison table has SimCSE and the paper's method."""
+
+import numpy as np
+import pytest
+
+from cselab.data.senteval import TRANSFER_TASKS
+from cselab.evaluation.sts import STS_COLUMNS
+from cselab.reporting.published import columns, lookup, published
+
+TABLES = published()
+WITH_AVERAGE = [key for key in sorted(TABLES) if columns(*key)[-1] == "Avg"]
+
+
+def test_every_paper_and_table_is_there():
+    assert {("compcse", f"table{i}") for i in range(1, 7)} <= set(TABLES)
+    assert {("diffcse", "table2"), ("diffcse", "table10"), ("diffcse", "table11"), ("infocse", "table3"),
+            ("infocse", "table10"), ("infocse", "table11"), ("paradigm", "table4")} <= set(TABLES)
+    for entries in TABLES.values():
+        for e in entries:
+            assert set(e) == {"model", "objective", "options", "row", "scores"}
+            assert e["model"] in {"bert-base-uncased", "bert-large-uncased", "roberta-base", "roberta-large"}
+
+
+@pytest.mark.parametrize("key", WITH_AVERAGE)
+def test_printed_average_is_the_mean_of_the_row(key):
+    cols = columns(*key)
+    tol = 6e-5 if key == ("infocse", "table3") else 0.01  # BEIR fractions, 4 digits
+    for e in TABLES[key]:
+        values = [e["scores"][c] for c in cols[:-1]]
+        assert np.mean(values) == pytest.approx(e["scores"]["Avg"], abs=tol), e["row"]
+
+
+def test_column_sets():
+    assert columns("compcse", "table1") == STS_COLUMNS + ["Avg"]
+    for key in (("diffcse", "table2"), ("infocse", "table10"), ("paradigm", "table4")):
+        assert columns(*key) == TRANSFER_TASKS + ["Avg"]
+    assert len(columns("infocse", "table3")) == 15 and columns("diffcse", "table10") == ["R@1", "R@5", "R@10"]
+
+
+def test_known_values():
+    info = next(e for e in TABLES[("infocse", "table3")]
+                if e["objective"] == "infocse" and e["model"] == "bert-base-uncased")
+    assert info["scores"]["Avg"] == 0.2509 and info["scores"]["trec-covid"] == 0.3937
+    assert TABLES[("infocse", "table11")][-1]["scores"] == {"R@1": 80.41, "R@5": 100.0, "R@10": 100.0}
+    assert TABLES[("diffcse", "table11")][0]["scores"] == {"alignment": 0.177, "uniformity": -2.313}
+    comp = {"partitions": 2, "aggregation": "avg", "compose": "z+", "d0": 256, "subsampling": "none"}
+    assert lookup("compcse", "table1", "bert-base-uncased", "compcse", comp)[0]["scores"]["Avg"] == 78.18
+
+
+def test_transfer_tables_have_simcse_and_the_papers_method_per_plm():
+    for key in (("diffcse", "table2"), ("infocse", "table10"), ("paradigm", "table4")):
+        by_model = {}
+        for e in TABLES[key]:
+            by_model.setdefault(e["model"], set()).add(e["objective"])
+        for objectives in by_model.values():
+            assert "simcse" in objectives and len(objectives) >= 2

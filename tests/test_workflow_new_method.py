@@ -1,0 +1,168 @@
+"""The method contract end to end: a new method is one module dropped into
+cselab/training/methods/ plus config entries, and nothing else.
+
+The toy method has its own head (with its own learning rate), a frozen extra network loaded
+from a declared upstream artifact, and that artifact is a pretraining stage of the same module.
+Snakemake plans the stage before the training (the rule dependency comes from the declaration),
+a crash after the first checkpoint shows what the resumable state holds (not the frozen net;
+the optimizer not its parameters), and a rerun resumes and finishes the table.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from tests.helpers import make_corpus, make_senteval, make_transfer
+from tests.test_workflow import ROOT, snakemake
+
+METHODS_DIR = ROOT / "cselab" / "training" / "methods"
+MODULE = "toy_contract_test.py"
+
+TOY = '''"""A toy method for the contract test (the file is written and removed by the test)."""
+
+import dataclasses
+import os
+
+import torch
+from torch import nn
+
+from cselab.training.heads import make_head
+from cselab.training.losses import info_nce
+from cselab.training.methods import Method, Output
+
+
+class ToyTeacher(Method):
+    """Pretraining stage: fits a linear probe on the encoder's [CLS] to the sentence length."""
+
+    name = "toy_teacher"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.probe = nn.Linear(ctx.hidden_size, 1)
+
+    def forward(self, batch, shared):
+        pooled = self.ctx.encoder(batch["input_ids"], batch["attention_mask"])
+        target = batch["attention_mask"].sum(1, keepdim=True).float() / 10
+        return Output({"length": (self.probe(pooled) - target).pow(2).mean()})
+
+    def export(self, out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(self.probe.state_dict(), out_dir / "probe.pt")
+
+
+class Toy(Method):
+    """SimCSE views through a linear head, plus agreement of a frozen teacher probe."""
+
+    name = "toy"
+
+    @dataclasses.dataclass
+    class Options:
+        teacher: str = "toy-teacher"
+        head_lr_scale: float = 10.0
+
+    @classmethod
+    def requires(cls, options):
+        return {"teacher": options.teacher}
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.head = make_head("linear", ctx.hidden_size, ctx.encoder.initializer_range)
+        probe = nn.Linear(ctx.hidden_size, 1)
+        probe.load_state_dict(torch.load(ctx.artifacts["teacher"] / "probe.pt"))
+        self.teacher = self.freeze("teacher", probe)
+        self.calls = 0
+
+    def param_groups(self, lr):
+        return [{"params": list(self.head.parameters()), "lr": lr * self.options.head_lr_scale}]
+
+    def forward(self, batch, shared):
+        self.calls += 1
+        if self.calls == int(os.environ.get("TOY_CRASH_AT_CALL", "0")):
+            raise RuntimeError("toy crash")
+        n = batch["input_ids"].size(0)
+        pooled = self.ctx.encoder(batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1))
+        z = self.head(pooled)
+        t = self.teacher(pooled)
+        return Output({"contrastive": info_nce(z[:n], z[n:], 0.05), "teacher": (t[:n] - t[n:]).pow(2).mean()},
+                      {"teacher_mean": t.mean()})
+'''
+
+
+@pytest.fixture
+def toy_module():
+    path = METHODS_DIR / MODULE
+    path.write_text(TOY)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        for cache in (METHODS_DIR / "__pycache__").glob("toy_contract_test*"):
+            cache.unlink()
+
+
+def write_config(workdir: Path) -> None:
+    cfg = {
+        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt"), "max_lines": 200},
+                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+        "mlflow": {"experiment_name": "cselab-toy"},
+        "seeds": [42],
+        "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
+        "training": {"batch_size": 16, "max_len": 32, "max_steps": 6, "lr": 1e-4, "eval_steps": 3, "log_steps": 2,
+                     "checkpoint_steps": 2},
+        "methods": {"toy": {"objective": "toy", "auxiliaries": {}}},
+        "pretraining": {"toy-teacher": {"method": "toy_teacher", "training": {"max_steps": 4, "eval_steps": None}}},
+        "experiments": {"toy-tiny": {"plm": "tiny", "method": "toy"}},
+        "tables": {"toy_table": {"kind": "stsb_dev", "experiments": ["toy-tiny"]}},
+    }
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_a_new_method_is_one_module_and_config(toy_module, tmp_path, tiny_bert):
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    workdir = tmp_path
+    make_senteval(workdir / "data" / "senteval", n_extra=12)
+    make_transfer(workdir / "data" / "senteval")
+    make_corpus(workdir / "data" / "corpus.txt", 120)
+    (workdir / "tiny-bert").symlink_to(tiny_bert)
+    write_config(workdir)
+
+    plan = snakemake(workdir, "-n", "results/toy_table.csv").stdout
+    assert "rule pretrain:" in plan and "stage=toy-teacher" in plan and "plm=tiny" in plan
+    assert "resources/pretrained/toy-teacher/tiny/model" in plan
+    assert plan.index("rule pretrain:") < plan.index("rule train:")
+
+    # First run: crash at the third step of the training job, after the checkpoint of step 2.
+    crash = snakemake(workdir, "--cores", "1", "results/toy_table.csv", check=False,
+                      env={"TOY_CRASH_AT_CALL": "3"})
+    log = workdir / "logs/train/toy-tiny-s42.log"
+    assert crash.returncode != 0 and log.is_file() and "toy crash" in log.read_text(), crash.stderr[-3000:]
+    probe = torch.load(workdir / "resources/pretrained/toy-teacher/tiny/model/probe.pt")
+    assert set(probe) == {"weight", "bias"}
+    (ckpt,) = (workdir / "results/experiments/toy-tiny-s42/resume").glob("step-*")
+    state = torch.load(ckpt / "state.pt", weights_only=False)
+    assert set(state["objective"]) == {"components.0.head.weight", "components.0.head.bias"}  # no teacher
+    groups = state["optimizer"]["param_groups"]
+    encoder_tensors = len(state["encoder"])
+    assert [len(g["params"]) for g in groups] == [encoder_tensors, 2]  # encoder, head: not the teacher
+    assert groups[1]["initial_lr"] == pytest.approx(10 * groups[0]["initial_lr"])
+
+    # Rerun: resumes from step 2, builds the table; the pretraining stage is not repeated.
+    done = snakemake(workdir, "--cores", "1", "results/toy_table.csv")
+    assert "rule pretrain:" not in done.stdout
+    summary = json.loads((workdir / "results/experiments/toy-tiny-s42/train_summary.json").read_text())
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
+    curve = pd.read_csv(workdir / "results/experiments/toy-tiny-s42/curve.csv")
+    assert {"loss.contrastive", "loss.teacher", "teacher_mean"} <= set(curve.columns)
+    table = pd.read_csv(workdir / "results/toy_table.csv")
+    assert list(table["experiment"]) == ["toy-tiny"] and table["STS-B dev"].notna().all()
+    stage = json.loads((workdir / "resources/pretrained/toy-teacher/tiny/model/manifest.json").read_text())
+    assert stage["stage"] == "toy-teacher" and stage["spec"]["objective"] == "toy_teacher"
+
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert [line for line in after.splitlines() if MODULE not in line] == [
+        line for line in before.splitlines() if MODULE not in line]  # no other file touched
