@@ -1,4 +1,5 @@
-"""Tests for cselab.data (download, corpus, senteval): downloads over a real loopback HTTP server, corpus and SentEval prep.
+"""Tests for cselab.data (download, corpus, senteval): downloads over a real loopback HTTP
+server, corpus and SentEval prep.
 
 Only 127.0.0.1 is ever contacted.
 """

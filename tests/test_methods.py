@@ -27,7 +27,8 @@ TRAINING = {"temperature": 0.05, "max_len": 32}
 
 def build(name, encoder, options=None, training=None):
     cls = method_class(name)
-    return cls(Context(encoder=encoder, options=cls.check_options(options or {}), training={**TRAINING, **(training or {})}))
+    options = cls.check_options(options or {})
+    return cls(Context(encoder=encoder, options=options, training={**TRAINING, **(training or {})}))
 
 
 def toks(encoder, sentences):

@@ -1,5 +1,6 @@
-"""Tests for cselab.data.beir and cselab.evaluation.retrieval: BEIR download/verify over a loopback server, chunked search,
-pytrec_eval metrics on a hand-checked example, and the STS-B in-domain retrieval dataset.
+"""Tests for cselab.data.beir and cselab.evaluation.retrieval: BEIR download/verify over a
+loopback server, chunked search, pytrec_eval metrics on a hand-checked example, and the STS-B
+in-domain retrieval dataset.
 
 Only 127.0.0.1 is ever contacted.
 """

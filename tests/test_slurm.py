@@ -59,13 +59,15 @@ def test_site_profile_names_the_executor_and_site_settings():
     assert profile["slurm-requeue"] is True and profile["retries"] >= 1 and profile["rerun-incomplete"]
     defaults = profile["default-resources"]
     assert {"slurm_account", "slurm_partition", "mem_mb", "runtime"} <= set(defaults)
-    train = profile["set-resources"]["train"]
-    assert train["gpu"] == 1 and train["cpus_per_gpu"] >= 1 and train["mem_mb"] and train["runtime"]
-    assert train["slurm_partition"] != defaults["slurm_partition"]
+    for gpu_rule in ("train", "pretrain"):  # every rule whose job asks for a GPU
+        res = profile["set-resources"][gpu_rule]
+        assert res["gpu"] == 1 and res["cpus_per_gpu"] >= 1 and res["mem_mb"] and res["runtime"]
+        assert res["slurm_partition"] != defaults["slurm_partition"]
     # the localhost variant keeps the same structure
     local = yaml.safe_load((LOCAL / "config.yaml").read_text())
-    assert local["executor"] == "slurm" and local["set-resources"]["train"]["gpu"] == 1
-    assert local["set-resources"]["train"]["slurm_partition"] == "gpu"
+    for gpu_rule in ("train", "pretrain"):
+        assert local["executor"] == "slurm" and local["set-resources"][gpu_rule]["gpu"] == 1
+        assert local["set-resources"][gpu_rule]["slurm_partition"] == "gpu"
     assert local["default-resources"]["slurm_partition"] == "cpu"
 
 

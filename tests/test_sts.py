@@ -1,5 +1,6 @@
-"""Tests for cselab.evaluation.sts and the STS loaders of cselab.data.tasks: SentEval-format loaders, the "all" Spearman protocol, one encode call,
-and the outside check against MTEB's published all-MiniLM-L6-v2 numbers."""
+"""Tests for cselab.evaluation.sts and the STS loaders of cselab.data.tasks: SentEval-format
+loaders, the "all" Spearman protocol, one encode call, and the outside check against MTEB's
+published all-MiniLM-L6-v2 numbers."""
 
 import zlib
 

@@ -370,7 +370,8 @@ def load_spans(path: Path) -> list[dict]:
     path = Path(path)
     fix = "delete it and re-run the segmentation step"
     if not path.is_file():
-        raise DataError(f"spans file {path} does not exist; run the segmentation step (cselab.data.spans.segment_corpus)")
+        raise DataError(f"spans file {path} does not exist; run the segmentation step "
+                        "(cselab.data.spans.segment_corpus)")
     records = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

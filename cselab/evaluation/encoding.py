@@ -114,7 +114,8 @@ class ModelEncoder:
         self.settings, self.dir = settings, Path(model_dir)
         self.encoder = load_encoder(self.dir, pooler=settings["pooler"])
         key = {k: v for k, v in settings.items() if k in ("pooler", "max_len")}
-        self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if cache_dir and settings.get("cache", True) else None
+        use_cache = cache_dir and settings.get("cache", True)
+        self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if use_cache else None
         self.encoded, self.encode_seconds = 0, 0.0
 
     def encode_fn(self, dataset: str, max_len: int | None = None, sequence: bool = False) -> Encode:

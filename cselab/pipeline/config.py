@@ -147,12 +147,13 @@ def _check_components(cfg: dict, spec: dict, where: str, primary_key: str | None
         if "auxiliary" not in cls.roles:
             raise ConfigError(f"config key '{where}.auxiliaries.{name}': method {name!r} cannot be an auxiliary "
                               f"objective (it is a primary method)")
-        required.update(cls.requires(cls.check_options(aux.get("options", {}), where=f"{where}.auxiliaries.{name}.options")))
+        aux_options = cls.check_options(aux.get("options", {}), where=f"{where}.auxiliaries.{name}.options")
+        required.update(cls.requires(aux_options))
     for role, stage_name in required.items():
         if stage_name not in cfg.get("pretraining", {}):
+            defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
             raise ConfigError(f"config key '{where}': its methods need the pretraining stage {stage_name!r} "
-                              f"(for {role}), which is not defined under 'pretraining'"
-                              + (f"; defined: {', '.join(sorted(cfg['pretraining']))}" if cfg.get("pretraining") else ""))
+                              f"(for {role}), which is not defined under 'pretraining' (defined: {defined})")
 
 
 def _expand_methods_table(cfg: dict, tname: str) -> None:
@@ -287,7 +288,8 @@ def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
 def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
     """A pretraining stage for one PLM: global ``training`` < ``pretraining.<stage>.training``."""
     if stage not in cfg.get("pretraining", {}):
-        raise ConfigError(f"unknown pretraining stage {stage!r}; defined: {', '.join(sorted(cfg.get('pretraining', {})))}")
+        defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
+        raise ConfigError(f"unknown pretraining stage {stage!r}; defined: {defined}")
     if plm not in cfg["plms"]:
         raise ConfigError(f"unknown PLM {plm!r} for pretraining stage {stage!r}")
     entry = cfg["pretraining"][stage]
@@ -336,8 +338,8 @@ def senteval_tasks(cfg: dict) -> list[str]:
 def encoder_settings(cfg: dict) -> dict:
     """The settings that determine an embedding (shared by every evaluator and the cache key)."""
     ev = cfg["evaluation"]
-    return {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512), "batch_size": ev.get("batch_size", 128),
-            "cache": ev.get("cache", True)}
+    return {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512),
+            "batch_size": ev.get("batch_size", 128), "cache": ev.get("cache", True)}
 
 
 def tracking_uri(cfg: dict) -> str:

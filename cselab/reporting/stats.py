@@ -188,7 +188,8 @@ def _paired_bootstrap_accuracy(gold, pred_a, pred_b, n_boot, seed, confidence, a
         for i, p in enumerate(preds):
             if set(p) != set(gold) or any(np.shape(p[t]) != np.shape(g) for t, g in gold.items()):
                 raise ValueError(f"{name}[{i}] does not match gold's tasks and sizes")
-        correct.append({t: np.mean([np.asarray(p[t]) == np.asarray(g) for p in preds], axis=0) for t, g in gold.items()})
+        correct.append({t: np.mean([np.asarray(p[t]) == np.asarray(g) for p in preds], axis=0)
+                        for t, g in gold.items()})
     rng = np.random.default_rng(seed)
     diffs = {t: correct[0][t] - correct[1][t] for t in gold}  # per item: mean over seeds of A minus B
     boot = np.zeros(n_boot)

@@ -95,7 +95,9 @@ class Window:
         self.sentences += sentences
 
     def state(self) -> dict:
-        return {"sums": self.sums, "steps": self.steps, "sentences": self.sentences}
+        """Plain floats (one sync per checkpoint), so a checkpoint loads on any device."""
+        sums = {k: float(v) for k, v in self.sums.items()}
+        return {"sums": sums, "steps": self.steps, "sentences": self.sentences}
 
     @classmethod
     def restore(cls, state: dict | None) -> "Window":

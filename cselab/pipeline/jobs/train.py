@@ -61,7 +61,8 @@ def pretrain(smk) -> None:
     out_dir = Path(smk.output.model).parent
     with run(smk, experiment_id=spec["id"], params={**spec, "operational": ops}, label=spec["id"]) as r:
         result = _loop(smk, spec, ops, out_dir, None, r)
-        write_json(Path(smk.output.model) / "manifest.json", {"stage": spec["name"], "spec": spec, "steps": result.steps})
+        write_json(Path(smk.output.model) / "manifest.json",
+                   {"stage": spec["name"], "spec": spec, "steps": result.steps})
         write_json(smk.output.summary, {"stage": spec["id"], **_summary(result, r)})
         r.log_artifact(smk.output.curve)
         r.log_artifact(smk.output.summary)

@@ -243,10 +243,9 @@ def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] |
     components = []
     for entry in spec_components(spec):
         cls = method_class(entry["method"])
-        ctx = Context(encoder=encoder, options=cls.check_options(entry["options"]), training=spec["training"],
-                      artifacts={role: Path(p) for role, p in (artifacts or {}).items()
-                                 if role in cls.requires(cls.check_options(entry["options"]))},
-                      model_dir=model_dir)
+        options = cls.check_options(entry["options"])
+        own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
+        ctx = Context(encoder=encoder, options=options, training=spec["training"], artifacts=own, model_dir=model_dir)
         components.append((entry["method"], entry["weight"], cls(ctx)))
     return Objective(components)
 
