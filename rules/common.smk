@@ -37,6 +37,7 @@ wildcard_constraints:
     table="|".join(CFG["tables"]),
     figure="|".join(CFG.get("figures", {})) or "no-figures",
     strategy="adjacent|overlapping|subsuming",
+    fraction="0\.[0-9]+",
 
 
 def cfg_call(fn, *args, **kwargs):
@@ -86,8 +87,10 @@ def figure_entries(figure):
 
 
 def figure_inputs(figure):
+    """Per experiment what the figure's kind reads, plus the held-out corpus slice if it needs one."""
     paths = cselab_config.figure_inputs(CFG, figure)
-    return {f"exp{n}": path for n, path in enumerate(paths.values())}
+    heldout = cselab_config.heldout_file(CFG, figure)
+    return {**{f"exp{n}": path for n, path in enumerate(paths.values())}, **({"heldout": heldout} if heldout else {})}
 
 
 onstart:

@@ -22,6 +22,25 @@ rule prepare_corpus:
         "../workflow_scripts/prepare_corpus.py"
 
 
+rule split_corpus:
+    input:
+        corpus=rules.prepare_corpus.output.corpus,
+    output:
+        train=OUT.CORPUS_TRAIN_SPLIT,
+        heldout=OUT.CORPUS_HELDOUT_SPLIT,
+    log:
+        "logs/split_corpus/{fraction}.log",
+    benchmark:
+        "benchmarks/split_corpus/{fraction}.tsv"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/split_corpus.py"
+
+
 rule prepare_senteval:
     output:
         manifest=OUT.SENTEVAL_MANIFEST,

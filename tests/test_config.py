@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_seeds_expand_ids(smoke):
     ({"training": {"lr": "3e-5"}}, r"config key 'training\.lr': '3e-5' is a string.*write 3\.0e-5"),
     ({"training": {"pooler": "mean"}}, r"config key 'training\.pooler': 'mean' is not one of \['cls', 'avg'\]"),
     ({"experiments": {"simcse-minilm": {"method": "simsce"}}},
-     r"'experiments\.simcse-minilm\.method': unknown method 'simsce'; valid methods: compcse, simcse, untrained"),
+     r"'experiments\.simcse-minilm\.method': unknown method 'simsce'; valid methods: compcse, paradigm, "),
     ({"methods": {"simcse": {"objective": "infonce2"}}},
      r"'methods\.simcse\.objective': unknown method 'infonce2'; valid methods: .*compcse.*simcse"),
     ({"methods": {"simcse": {"auxiliaries": {"rtd2": {"weight": 0.1}}}}},
@@ -123,8 +124,13 @@ def test_tracking_uri_env_wins(smoke, monkeypatch):
 
 def test_methods_table_reuses_equivalent_experiments(smoke):
     cfg = cc.validate(deep_update(smoke, {"tables": {"methods": {"kind": "methods", "plm": "minilm"}}}))
-    assert cfg["tables"]["methods"]["experiments"] == ["simcse-minilm", "compcse-minilm"]
+    # each modified paradigm loss is a method of its own, so a row; the paradigm's baseline has no
+    # experiment with exactly its defaults at smoke scale, so it gets one
+    assert cfg["tables"]["methods"]["experiments"] == [
+        "simcse-minilm", "compcse-minilm", "bench-paradigm-minilm", "gp-mhe-mod-minilm", "gp-mhs-mod-minilm",
+        "gp-bt-mod-minilm", "gp-vicreg-mod-minilm"]
     cfg = cc.validate(deep_update(smoke, {"tables": {"methods": {"kind": "methods", "plm": "minilm",
+                                                                  "methods": ["simcse", "compcse"],
                                                                   "training": {"max_steps": 20}}}}))
     assert cfg["tables"]["methods"]["experiments"] == ["bench-simcse-minilm", "bench-compcse-minilm"]
     assert cc.experiment_spec(cfg, "bench-compcse-minilm-s42")["training"]["max_steps"] == 20
@@ -163,3 +169,31 @@ def test_auxiliaries_merge_and_drop(smoke):
             "testaux": {"options": {"rte": 1}}}}}})))
     with pytest.raises(ConfigError, match=r"'methods\.x\.objective': method 'testaux' is an auxiliary"):
         cc.validate(deep_update(smoke, {"methods": {"x": {"objective": "testaux"}}}))
+
+
+def test_paradigm_figures_and_holdout(smoke):
+    cfg = cc.validate(copy.deepcopy(smoke))
+    assert "0.5" not in cfg["figures"]["paradigm_figure6_m"]["experiments"]  # null drops a paper point
+    assert cc.figure_inputs(cfg, "paradigm_figure2") == {}  # a simulation reads nothing
+    assert cc.figure_values(cfg, "paradigm_figure6_r") == {"1.0": 1.0, "2.0": 2.0}
+    assert cc.figure_inputs(cfg, "paradigm_figure8")["R = 2.0"] == "results/experiments/gp-r200-minilm-s42/curve.csv"
+    assert cc.heldout_file(cfg, "paradigm_figure5_7") == "resources/corpus/split/heldout-0.1.txt"
+    assert cc.heldout_file(cfg, "paradigm_figure6_m") is None
+    assert cc.corpus_file(cc.experiment_spec(cfg, "gp-heldout-minilm-s42")) == "resources/corpus/split/train-0.1.txt"
+    assert cc.corpus_file(cc.experiment_spec(cfg, "gp-base-minilm-s42")) == "resources/corpus/corpus.txt"
+    bad = {
+        "figures.paradigm_figure6_m.experiments.x': 'simcse-minilm' sets no options.m":
+            {"figures": {"paradigm_figure6_m": {"experiments": {"x": "simcse-minilm"}}}},
+        "figures.paradigm_figure5_7.experiments.x': 'gp-base-minilm' must train without the held-out slice":
+            {"figures": {"paradigm_figure5_7": {"experiments": {"x": "gp-base-minilm"}}}},
+        "figures.paradigm_figure8.experiments.x': 'untrained-minilm' is untrained":
+            {"figures": {"paradigm_figure8": {"experiments": {"x": "untrained-minilm"}}}},
+        "experiments.gp-heldout-minilm.training.holdout': a held-out split and subsampling":
+            {"experiments": {"gp-heldout-minilm": {"training": {"holdout": 0.1, "subsampling": "adjacent"}}}},
+    }
+    for message, patch in bad.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            cc.validate(deep_update(smoke, patch))
+    fig = {"kind": "component_sweep", "parameter": "m"}
+    with pytest.raises(ConfigError, match="'figures.sweep.experiments': a component_sweep figure draws experiments"):
+        cc.validate(deep_update(smoke, {"figures": {"sweep": fig}}))

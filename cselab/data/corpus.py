@@ -111,3 +111,28 @@ def read_sentences(path: Path, min_lines: int = 1) -> list[str]:
         raise DataError(f"training corpus {path} has {len(lines)} non-empty line(s); contrastive training "
                         f"needs at least {min_lines} (check data.corpus.path / max_lines)")
     return lines
+
+
+def split_corpus(corpus: Path, fraction: float, train_out: Path, heldout_out: Path, seed: int = 42) -> dict:
+    """Hold out a random ``fraction`` of the corpus's distinct sentences (seeded): the gradient
+    paradigm's statistics run on sentences its models never saw (Li et al., 2024, appendix A.2:
+    10%). Every copy of a held-out sentence leaves the training file; the held-out file lists
+    each once; both keep the corpus order."""
+    import random
+
+    if not 0 < fraction < 1:
+        raise DataError(f"held-out fraction must be in (0, 1), got {fraction!r}")
+    sentences = read_sentences(Path(corpus), min_lines=2)
+    unique = list(dict.fromkeys(sentences))
+    if len(unique) < 2:
+        raise DataError(f"{corpus}: {len(unique)} distinct sentence(s); a held-out split needs at least 2")
+    order = list(range(len(unique)))
+    random.Random(seed).shuffle(order)
+    held = {unique[i] for i in order[:max(1, int(fraction * len(unique)))]}
+    train = [s for s in sentences if s not in held]
+    with open_atomic(train_out) as out:
+        out.writelines(s + "\n" for s in train)
+    with open_atomic(heldout_out) as out:
+        out.writelines(s + "\n" for s in unique if s in held)
+    return {"sentences": len(sentences), "distinct": len(unique), "train": len(train), "heldout": len(held),
+            "fraction": fraction, "seed": seed}

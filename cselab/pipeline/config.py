@@ -115,16 +115,39 @@ def validate(config: dict) -> dict:
                 raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown experiment "
                                   f"{exp!r}; defined under 'experiments': {', '.join(sorted(cfg['experiments']))}")
     for fname, fig in cfg.get("figures", {}).items():
-        for label, exp in fig["experiments"].items():
-            where = f"figures.{fname}.experiments.{label}"
-            if exp not in cfg["experiments"]:
-                raise ConfigError(f"config key '{where}': unknown experiment {exp!r}; defined under "
-                                  f"'experiments': {', '.join(sorted(cfg['experiments']))}")
-            if fig["kind"] in CURVE_FIGURES and cfg["experiments"][exp]["method"] == UNTRAINED:
-                raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
-                                  f"draws training curves")
+        fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
+        _check_figure(cfg, fname, fig)
+    for name in cfg["experiments"]:
+        training = _merge_experiment(cfg, name)["training"]
+        if training.get("holdout") and training.get("subsampling", "none") != "none":
+            raise ConfigError(f"config key 'experiments.{name}.training.holdout': a held-out split and "
+                              f"subsampling ({training['subsampling']}) cannot be combined")
     _resolve_data_dir(cfg)
     return cfg
+
+
+def _check_figure(cfg: dict, fname: str, fig: dict) -> None:
+    kind = outputs.FIGURE_KINDS[fig["kind"]]
+    experiments = fig.get("experiments", {})
+    if kind.reads and not experiments:
+        raise ConfigError(f"config key 'figures.{fname}.experiments': a {fig['kind']} figure draws experiments; "
+                          f"list them as legend label -> experiment name")
+    for label, exp in experiments.items():
+        where = f"figures.{fname}.experiments.{label}"
+        if exp not in cfg["experiments"]:
+            raise ConfigError(f"config key '{where}': unknown experiment {exp!r}; defined under "
+                              f"'experiments': {', '.join(sorted(cfg['experiments']))}")
+        trained = cfg["experiments"][exp]["method"] != UNTRAINED
+        if kind.trained and not trained:
+            raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
+                              f"needs a training run")
+        spec = _merge_experiment(cfg, exp)
+        if fig["kind"] == "component_sweep" and spec["options"].get(fig.get("parameter", "m")) is None:
+            raise ConfigError(f"config key '{where}': {exp!r} sets no options.{fig.get('parameter', 'm')}, "
+                              f"the value this sweep plots")
+        if kind.heldout and trained and spec["training"].get("holdout") != fig.get("holdout", 0.1):
+            raise ConfigError(f"config key '{where}': {exp!r} must train without the held-out slice "
+                              f"(training.holdout: {fig.get('holdout', 0.1)}), or its statistics are on training data")
 
 
 def _check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
@@ -347,7 +370,6 @@ def tracking_uri(cfg: dict) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"].get("tracking_uri", outputs.MLFLOW_STORE)
 
 
-CURVE_FIGURES = ("alignment_uniformity", "dev_curve")
 
 
 def table_columns(cfg: dict, name: str) -> list[str]:
@@ -392,7 +414,7 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
     for exp_id, files in table_inputs(cfg, name).items():
         spec = experiment_spec(cfg, exp_id)
         trained = spec["seed"] is not None
-        options = {**spec["options"], "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
+        options = {**full_options(spec), "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
         rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
                      "id": exp_id, "files": files})
     return rows
@@ -400,7 +422,7 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
 
 def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
     """Legend label -> experiment id (the first seed of each trained experiment)."""
-    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name]["experiments"].items()}
+    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name].get("experiments", {}).items()}
 
 
 def model_input(cfg: dict, exp_id: str) -> str:
@@ -411,14 +433,46 @@ def model_input(cfg: dict, exp_id: str) -> str:
 
 
 def figure_inputs(cfg: dict, name: str) -> dict[str, str]:
-    """Label -> what the figure reads: a training curve, or a model (checkpoint dir / PLM json)."""
+    """Label -> what the figure reads per experiment (:data:`cselab.pipeline.outputs.FIGURE_KINDS`)."""
+    kind = outputs.FIGURE_KINDS[cfg["figures"][name]["kind"]]
+    where = {"curve": lambda e: outputs.path(outputs.CURVE, exp=e), "model": lambda e: model_input(cfg, e),
+             "stsb_dev": lambda e: outputs.path(outputs.RESULT["stsb_dev"], exp=e)}
+    if kind.reads is None:
+        return {}
+    return {label: where[kind.reads](exp_id) for label, exp_id in figure_experiments(cfg, name).items()}
+
+
+def figure_values(cfg: dict, name: str) -> dict[str, float]:
+    """A component sweep's x values: label -> the experiment's value of the swept option."""
     fig = cfg["figures"][name]
-    return {label: (outputs.path(outputs.CURVE, exp=exp_id) if fig["kind"] in CURVE_FIGURES
-                    else model_input(cfg, exp_id))
+    if fig["kind"] != "component_sweep":
+        return {}
+    return {label: float(experiment_spec(cfg, exp_id)["options"][fig.get("parameter", "m")])
             for label, exp_id in figure_experiments(cfg, name).items()}
 
 
+def heldout_file(cfg: dict, name: str) -> str | None:
+    fig = cfg["figures"][name]
+    if not outputs.FIGURE_KINDS[fig["kind"]].heldout:
+        return None
+    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=fig.get("holdout", 0.1))
+
+
+def full_options(spec: dict) -> dict:
+    """The primary method's options with its defaults filled in (published rows match on them)."""
+    import dataclasses
+
+    from cselab.training.methods import method_class
+
+    if spec["objective"] == UNTRAINED:
+        return {}
+    return dataclasses.asdict(method_class(spec["objective"]).check_options(spec["options"]))
+
+
 def corpus_file(spec: dict) -> str:
-    """The training file of an experiment: the corpus, or its subsampled expansion."""
+    """The training file of an experiment: the corpus, its subsampled expansion, or the corpus
+    without its held-out slice."""
     strategy = spec["training"].get("subsampling", "none")
+    if spec["training"].get("holdout"):
+        return outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction=spec["training"]["holdout"])
     return outputs.CORPUS if strategy in (None, "none") else outputs.path(outputs.SUBSAMPLED, strategy=strategy)

@@ -92,3 +92,35 @@ TABLE_KINDS: dict[str, TableKind] = {
     # every configured method on one PLM and budget: STS, STS-B dev and the transfer average
     "methods": TableKind(("sts", "sts_pairs", "stsb_dev", "stsb_dev_pairs", "transfer", "transfer_pairs")),
 }
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """What a figure kind reads per experiment: ``curve`` (the training curve), ``model`` (the
+    checkpoint, or the resolved PLM of an untrained experiment), ``stsb_dev`` (the STS-B dev
+    result) or nothing (a simulation); ``trained``: only trained experiments make sense;
+    ``heldout``: it also reads the held-out slice of the corpus the experiments did not train on."""
+
+    reads: str | None
+    trained: bool = False
+    heldout: bool = False
+
+
+FIGURE_KINDS: dict[str, FigureKind] = {
+    # CompCSE Figures 2-5
+    "alignment_uniformity": FigureKind("curve", trained=True),
+    "dev_curve": FigureKind("curve", trained=True),
+    "similarity_heatmap": FigureKind("model"),
+    "umap": FigureKind("model"),
+    # the gradient paradigm's Figures 2-4 (simulations), 6 (a sweep), 8 (training scalars), 5 and 7
+    "gradient_dissipation": FigureKind(None),
+    "gradient_weight": FigureKind(None),
+    "gradient_ratio": FigureKind(None),
+    "component_sweep": FigureKind("stsb_dev", trained=True),
+    "training_ratio": FigureKind("curve", trained=True),
+    "heldout_statistics": FigureKind("model", heldout=True),
+}
+
+# The corpus split for held-out statistics (rule split_corpus): {fraction} held out
+CORPUS_TRAIN_SPLIT = "resources/corpus/split/train-{fraction}.txt"
+CORPUS_HELDOUT_SPLIT = "resources/corpus/split/heldout-{fraction}.txt"

@@ -4,22 +4,24 @@
 - ``mlp``: ``Linear(H, H) + Tanh`` (SimCSE, Gao et al., 2021, section 3; CompCSE);
 - ``batchnorm``: ``Linear(H, 2H, no bias) -> BatchNorm1d(2H) -> ReLU -> Linear(2H, H, no bias)
   -> BatchNorm1d(H, affine=False)`` (DiffCSE, Chuang et al., 2022, section 3; InfoCSE's code);
-- ``linear``: ``Linear(H, H)`` (the gradient paradigm, 2024, section 5);
+- ``linear``: ``Linear(H, H)`` (the gradient paradigm, 2024, for BERT);
+- ``tanh_linear``: ``Tanh`` then ``Linear(H, H)`` (the gradient paradigm's head for RoBERTa);
 - ``none``: the identity.
 
 Linear layers are initialised ``N(0, init_std)`` with zero bias: the references build the head
 before the model's weight init runs, so it gets BERT's init (``init_std`` = the PLM's
-``initializer_range``, 0.02); the gradient paradigm's head uses 6e-3.
+``initializer_range``, 0.02); the gradient paradigm's head draws weights and biases from
+``N(0, 6e-3)`` (``bias_std``).
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-HEADS = ("mlp", "batchnorm", "linear", "none")
+HEADS = ("mlp", "batchnorm", "linear", "tanh_linear", "none")
 
 
-def make_head(kind: str, hidden: int, init_std: float = 0.02) -> nn.Module:
+def make_head(kind: str, hidden: int, init_std: float = 0.02, bias_std: float = 0.0) -> nn.Module:
     if kind == "mlp":
         head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
     elif kind == "batchnorm":
@@ -27,18 +29,20 @@ def make_head(kind: str, hidden: int, init_std: float = 0.02) -> nn.Module:
                              nn.Linear(2 * hidden, hidden, bias=False), nn.BatchNorm1d(hidden, affine=False))
     elif kind == "linear":
         head = nn.Linear(hidden, hidden)
+    elif kind == "tanh_linear":
+        head = nn.Sequential(nn.Tanh(), nn.Linear(hidden, hidden))
     elif kind == "none":
         return nn.Identity()
     else:
         raise ValueError(f"unknown head {kind!r}; valid heads: {', '.join(HEADS)}")
-    init_linear(head, init_std)
+    init_linear(head, init_std, bias_std)
     return head
 
 
-def init_linear(module: nn.Module, std: float) -> None:
-    """BERT's init for every Linear in ``module``: weights ``N(0, std)``, biases 0."""
+def init_linear(module: nn.Module, std: float, bias_std: float = 0.0) -> None:
+    """BERT's init for every Linear in ``module``: weights ``N(0, std)``, biases 0 (or ``N(0, bias_std)``)."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, mean=0.0, std=std)
             if m.bias is not None:
-                nn.init.zeros_(m.bias)
+                nn.init.normal_(m.bias, std=bias_std) if bias_std else nn.init.zeros_(m.bias)

@@ -8,8 +8,8 @@ from pathlib import Path
 from cselab.io import write_json
 from cselab.pipeline.jobs import run, senteval_root
 
-JOBS = ("prepare_corpus", "prepare_senteval", "resolve_plm", "prepare_beir", "prepare_stsb_retrieval",
-        "segment_corpus", "subsample")
+JOBS = ("prepare_corpus", "split_corpus", "prepare_senteval", "resolve_plm", "prepare_beir",
+        "prepare_stsb_retrieval", "segment_corpus", "subsample")
 
 
 def prepare_corpus(smk) -> None:
@@ -22,6 +22,14 @@ def prepare_corpus(smk) -> None:
                            sha256=src.get("sha256"), download_dir=Path(smk.params.download_dir))
         r.log_metrics({"lines": manifest["out_lines"]})
         r.log_artifact(smk.output.manifest)
+
+
+def split_corpus(smk) -> None:
+    from cselab.data.corpus import split_corpus as split
+
+    fraction = float(smk.wildcards.fraction)
+    with run(smk, params={"fraction": fraction}, label=f"holdout-{fraction}") as r:
+        r.log_metrics(split(Path(smk.input.corpus), fraction, Path(smk.output.train), Path(smk.output.heldout)))
 
 
 def prepare_senteval(smk) -> None:

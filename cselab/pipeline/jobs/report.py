@@ -3,6 +3,7 @@ figure (PNG + the CSV it was drawn from)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cselab.pipeline import outputs
@@ -36,33 +37,94 @@ def table(smk) -> None:
 
 
 def figure(smk) -> None:
-    """CompCSE Figures 2-5 (config ``figures``): PNG plus the CSV it was drawn from."""
-    import pandas as pd
-
-    from cselab.pipeline.jobs.evaluate import model_dir
-    from cselab.reporting import figures
-
+    """A figure (config ``figures``): PNG plus the CSV it was drawn from."""
     fig, entries = smk.params.figure, smk.params.labels
-    kind = fig["kind"]
     with run(smk, params={"figure": fig}, label=fig["name"]) as r:
         out = {"out_png": smk.output.png, "out_csv": smk.output.csv, "title": fig.get("title")}
-        if kind in ("alignment_uniformity", "dev_curve"):
-            curves = {label: pd.read_csv(smk.input[key]) for label, _, key in entries}
-            draw = figures.figure_alignment_uniformity if kind == "alignment_uniformity" else figures.figure_dev_curve
-            draw(curves, max_step=fig.get("max_step", 500 if kind == "alignment_uniformity" else 1000), **out)
-        else:
-            from cselab.data.tasks import stsb_dev
-            from cselab.evaluation.encoding import ModelEncoder
-
-            models = {label: ModelEncoder(model_dir(smk.input[key]), smk.params.settings, Path(outputs.EMBEDDING_CACHE))
-                      for label, _, key in entries}
-            if kind == "similarity_heatmap":
-                encoders = {label: m.encode_fn(f"{fig['name']}-sentences") for label, m in models.items()}
-                figures.figure_similarity_heatmap(encoders, sentences=fig.get("sentences"), **out)
-            else:  # the STS-B dev encoding the evaluate_stsb_dev job cached
-                dev = stsb_dev(senteval_root(smk.input.senteval))
-                sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))
-                embeddings = {label: m.encode_fn("stsb-dev")(sentences) for label, m in models.items()}
-                figures.figure_umap(embeddings, sentences, seed=fig.get("seed", 42), **out)
+        DRAW[fig["kind"]](smk, fig, entries, out)
         r.log_artifact(smk.output.png)
         r.log_artifact(smk.output.csv)
+
+
+def _curves(smk, entries):
+    import pandas as pd
+
+    return {label: pd.read_csv(smk.input[key]) for label, _, key in entries}
+
+
+def _models(smk, entries):
+    from cselab.evaluation.encoding import ModelEncoder
+    from cselab.pipeline.jobs.evaluate import model_dir
+
+    return {label: ModelEncoder(model_dir(smk.input[key]), smk.params.settings, Path(outputs.EMBEDDING_CACHE))
+            for label, _, key in entries}
+
+
+def _curve_figure(smk, fig, entries, out):
+    from cselab.reporting import figures
+
+    if fig["kind"] == "alignment_uniformity":
+        figures.figure_alignment_uniformity(_curves(smk, entries), max_step=fig.get("max_step", 500), **out)
+    else:
+        figures.figure_dev_curve(_curves(smk, entries), max_step=fig.get("max_step", 1000), **out)
+
+
+def _heatmap(smk, fig, entries, out):
+    from cselab.reporting import figures
+
+    encoders = {label: m.encode_fn(f"{fig['name']}-sentences") for label, m in _models(smk, entries).items()}
+    figures.figure_similarity_heatmap(encoders, sentences=fig.get("sentences"), **out)
+
+
+def _umap(smk, fig, entries, out):
+    from cselab.data.tasks import stsb_dev
+    from cselab.reporting import figures
+
+    dev = stsb_dev(senteval_root(smk.input.senteval))
+    sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))  # the STS-B dev encoding evaluate_stsb_dev cached
+    embeddings = {label: m.encode_fn("stsb-dev")(sentences) for label, m in _models(smk, entries).items()}
+    figures.figure_umap(embeddings, sentences, seed=fig.get("seed", 42), **out)
+
+
+def _simulation(smk, fig, entries, out):
+    from cselab.reporting import paradigm
+
+    grid = {"points": fig.get("points", 100)}
+    if fig["kind"] == "gradient_dissipation":
+        paradigm.figure_gd(losses=fig.get("losses", paradigm.GD_LOSSES), n_batches=fig.get("batches", 1000),
+                           seed=fig.get("seed", 0), **grid, **out)
+    elif fig["kind"] == "gradient_weight":
+        paradigm.figure_weight(temperatures=fig.get("temperatures", paradigm.WEIGHT_TEMPERATURES),
+                               n_batches=fig.get("batches", 1000), seed=fig.get("seed", 0), **grid, **out)
+    else:
+        paradigm.figure_ratio(**grid, **out)
+
+
+def _sweep(smk, fig, entries, out):
+    from cselab.reporting import paradigm
+
+    scores = {label: json.loads(Path(smk.input[key]).read_text())["scores"]["STS-B dev"] for label, _, key in entries}
+    values = smk.params.values
+    paradigm.figure_sweep({values[label]: scores[label] for label in scores}, fig.get("parameter", "m"), **out)
+
+
+def _training_ratio(smk, fig, entries, out):
+    from cselab.reporting import paradigm
+
+    paradigm.figure_training_ratio(_curves(smk, entries), **out)
+
+
+def _heldout(smk, fig, entries, out):
+    from cselab.data.corpus import read_sentences
+    from cselab.reporting import paradigm
+
+    sentences = read_sentences(Path(smk.input.heldout))[: fig.get("max_sentences", 10000)]
+    stats = {label: paradigm.heldout_statistics(paradigm.dropout_pairs(m.encoder, sentences))
+             for label, m in _models(smk, entries).items()}
+    paradigm.figure_heldout(stats, **out)
+
+
+DRAW = {"alignment_uniformity": _curve_figure, "dev_curve": _curve_figure, "similarity_heatmap": _heatmap,
+        "umap": _umap, "gradient_dissipation": _simulation, "gradient_weight": _simulation,
+        "gradient_ratio": _simulation, "component_sweep": _sweep, "training_ratio": _training_ratio,
+        "heldout_statistics": _heldout}

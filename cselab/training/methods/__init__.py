@@ -237,6 +237,18 @@ class Objective(nn.Module):
         return total, terms, scalars
 
 
+def dropout_views(encoder: nn.Module, head: nn.Module, batch: dict, shared: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unsupervised SimCSE's positives: the batch encoded twice in one pass (dropout differs per
+    row), through ``head``; returns the two views and publishes them in ``shared`` (``input_ids``
+    and ``attention_mask`` of both views, ``pooled`` before the head, ``projected`` after it)."""
+    n = batch["input_ids"].size(0)
+    ids, mask = batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)
+    pooled = encoder(ids, mask)
+    z = head(pooled)
+    shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z)
+    return z[:n], z[n:]
+
+
 def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
                     model_dir: Path | None = None) -> Objective:
     """The objective of an experiment ``spec`` (see :func:`cselab.pipeline.config.experiment_spec`)."""

@@ -7,7 +7,7 @@ import dataclasses
 
 from cselab.training.heads import HEADS, make_head
 from cselab.training.losses import info_nce
-from cselab.training.methods import Method, Output
+from cselab.training.methods import Method, Output, dropout_views
 
 
 class SimCSE(Method):
@@ -37,9 +37,5 @@ class SimCSE(Method):
         self.temperature = ctx.training["temperature"]
 
     def forward(self, batch, shared):
-        n = batch["input_ids"].size(0)
-        ids, mask = batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)
-        pooled = self.ctx.encoder(ids, mask)
-        z = self.head(pooled)
-        shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z)
-        return Output({"contrastive": info_nce(z[:n], z[n:], self.temperature)})
+        u, v = dropout_views(self.ctx.encoder, self.head, batch, shared)
+        return Output({"contrastive": info_nce(u, v, self.temperature)})

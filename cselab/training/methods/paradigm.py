@@ -1,0 +1,146 @@
+"""The unified gradient paradigm (Li, Zhang, Nie, 2024): one family of losses on two dropout
+views, contrastive (InfoNCE, ArcCon, MPT, MET, MAT), the paradigm's own simulated-gradient
+loss, and non-contrastive ones (Barlow Twins, VICReg, MHE, MHS) in their original form or with
+the paradigm's gradient dissipation (``gd``), weight (``w``) and ratio (``r``) terms (its §4,
+Table 5: +GD, +W, +R). The losses are in :mod:`cselab.training.losses`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+
+from cselab.training import losses as L
+from cselab.training.heads import HEADS, make_head
+from cselab.training.methods import Method, Output, dropout_views
+
+CONTRASTIVE = ("infonce", "arccon", "mpt", "met", "mat")
+NON_CONTRASTIVE = ("barlowtwins", "vicreg", "mhe", "mhs")
+LOSSES = (*CONTRASTIVE, "paradigm", *NON_CONTRASTIVE)
+#: the effective losses' margins (ArcCon in degrees, MAT in units of pi), the authors' defaults
+MARGINS = {"arccon": 10.0, "mpt": 0.23, "met": 0.45, "mat": 0.15}
+#: the non-contrastive losses' lambda in their original form (the authors' scripts); modified: 1
+LAMBDAS = {"barlowtwins": 30.0, "vicreg": 30.0, "mhe": 10.0, "mhs": 1.0}
+GD_REFERENCES = ("same_view", "positive")
+POSITIVES = ("both", "anchor")
+
+
+class Paradigm(Method):
+    """Two dropout views of each sentence through a training head, then the chosen ``loss``.
+
+    Options: ``loss`` (:data:`LOSSES`); ``margin`` of an effective loss (default
+    :data:`MARGINS`); the paradigm's terms ``gd`` / ``w`` / ``r`` with ``m`` (gradient-
+    dissipation margin, 0.30; ``gd`` defaults to on for the paradigm's loss, off for the
+    non-contrastive ones, their original form), ``tau`` (weight temperature, 0.05; ``power`` for the paradigm
+    loss's power-form weight instead) and ``ratio`` (R, 1.0); ``lam`` (a non-contrastive loss's
+    weight, default :data:`LAMBDAS`); ``gd_reference`` and ``positive`` (the authors' code,
+    default, or the paper's prose: see :func:`~cselab.training.losses.gd_masks` and
+    :func:`~cselab.training.losses.paradigm_loss`); ``head`` (``linear`` for BERT, ``tanh_linear``
+    for RoBERTa, the authors' heads) initialised ``N(0, head_std)`` weights and biases;
+    ``freeze_embeddings`` (the authors' code trains with the embedding layer frozen).
+
+    Scalars logged per window (the paradigm's Figure 8): ``pos_cos`` (mean cos(u_i, v_i)),
+    ``hardest_neg_cos``, ``gd_kept`` (share of anchors with ``s_ii - max s_ij < m``) and the
+    dynamic ratios of ArcCon (``ratio_arccon`` = sin(a + u) / sin a) and MET (``ratio_met`` =
+    |a - n| / |a - p|) over the kept anchors.
+    """
+
+    name = "paradigm"
+
+    @dataclasses.dataclass
+    class Options:
+        loss: str = "paradigm"
+        margin: float | None = None
+        gd: bool | None = None
+        w: bool = False
+        r: bool = False
+        m: float = 0.30
+        tau: float = 0.05
+        power: int | None = None
+        ratio: float = 1.0
+        lam: float | None = None
+        gd_reference: str = "same_view"
+        positive: str = "both"
+        head: str = "linear"
+        head_std: float = 6e-3
+        freeze_embeddings: bool = False
+
+        def __post_init__(self):
+            if self.gd is None:  # the paradigm's own loss is defined with gradient dissipation
+                self.gd = self.loss == "paradigm"
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.loss not in LOSSES:
+            return "loss", f"unknown loss {o.loss!r}; valid losses: {', '.join(LOSSES)}"
+        if o.loss in CONTRASTIVE and (o.gd or o.w or o.r):
+            return "loss", (f"{o.loss} is an effective loss: gd / w / r modify the paradigm loss and the "
+                            f"non-contrastive losses ({', '.join(NON_CONTRASTIVE)}) only")
+        for key in ("margin", "m"):
+            value = getattr(o, key)
+            if value is not None and (not isinstance(value, (int, float)) or value < 0):
+                return key, f"must be a number >= 0 (a margin), got {value!r}"
+        if not isinstance(o.ratio, (int, float)) or o.ratio <= 0:
+            return "ratio", f"must be a number > 0 (R scales the pull towards the positive), got {o.ratio!r}"
+        if not isinstance(o.tau, (int, float)) or o.tau <= 0:
+            return "tau", f"the weight temperature must be > 0, got {o.tau!r}"
+        if o.lam is not None and (not isinstance(o.lam, (int, float)) or o.lam < 0):
+            return "lam", f"must be a number >= 0, got {o.lam!r}"
+        if o.power is not None and (not isinstance(o.power, int) or o.power < 0):
+            return "power", f"must be an integer >= 0 or null, got {o.power!r}"
+        for key, valid in (("gd_reference", GD_REFERENCES), ("positive", POSITIVES), ("head", HEADS)):
+            if getattr(o, key) not in valid:
+                return key, f"{getattr(o, key)!r} is not one of {list(valid)}"
+        if not isinstance(o.head_std, (int, float)) or o.head_std <= 0:
+            return "head_std", f"must be > 0, got {o.head_std!r}"
+        return None
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o = self.options
+        self.head = make_head(o.head, ctx.hidden_size, o.head_std, bias_std=o.head_std)
+        if o.freeze_embeddings:
+            ctx.encoder.backbone.embeddings.requires_grad_(False)
+        self.temperature = ctx.training["temperature"]
+        self.lam = o.lam if o.lam is not None else LAMBDAS.get(o.loss)
+        self.margin = o.margin if o.margin is not None else MARGINS.get(o.loss)
+
+    def loss(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        o = self.options
+        if o.loss == "infonce":
+            return L.info_nce(u, v, self.temperature)
+        if o.loss == "arccon":
+            return L.arccon(u, v, self.temperature, self.margin)
+        if o.loss in ("mpt", "met", "mat"):
+            return getattr(L, o.loss)(u, v, self.margin)
+        if o.loss == "paradigm":
+            return L.paradigm_loss(u, v, o.m, o.tau, o.ratio, o.power, gd=o.gd, positive=o.positive)
+        fn = {"barlowtwins": L.barlow_twins, "vicreg": L.vicreg, "mhe": L.mhe, "mhs": L.mhs}[o.loss]
+        return fn(u, v, self.lam, o.gd, o.w, o.r, o.m, o.tau, o.ratio, o.gd_reference)
+
+    def forward(self, batch, shared):
+        u, v = dropout_views(self.ctx.encoder, self.head, batch, shared)
+        return Output({self.options.loss: self.loss(u, v)}, self.statistics(u.detach(), v.detach()))
+
+    @torch.no_grad()
+    def statistics(self, u: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Geometry of the batch the paradigm's Figure 8 follows during training (no gradient)."""
+        with L.fp32(u.device):
+            un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
+            s = un @ vn.T
+            eye = torch.eye(s.size(0), dtype=torch.bool, device=s.device)
+            pos = s.diagonal()
+            hardest = (s - 1e8 * eye).max(dim=1)
+            kept = pos - hardest.values < self.options.m
+            alpha = torch.acos(pos.clamp(-1 + 1e-7, 1 - 1e-7))
+            arccon = torch.sin(alpha + math.radians(MARGINS["arccon"])) / torch.sin(alpha).clamp(min=1e-6)
+            d_pos = (un - vn).norm(dim=-1)
+            d_neg = (un - vn[hardest.indices]).norm(dim=-1)
+            met = d_neg / d_pos.clamp(min=1e-6)
+            keep = kept.float()
+            n_kept = keep.sum().clamp(min=1.0)
+            return {"pos_cos": pos.mean(), "hardest_neg_cos": hardest.values.mean(), "gd_kept": keep.mean(),
+                    "ratio_arccon": (arccon * keep).sum() / n_kept, "ratio_met": (met * keep).sum() / n_kept}

@@ -1,0 +1,100 @@
+"""The gradient paradigm through Snakemake on a tiny random BERT: a Table-5-style STS table of
+original and modified losses (a modified loss is a method of its own), the simulated Figures
+2-4, a component sweep (Figure 6) over STS-B dev, the training ratios (Figure 8) from the
+scalars the method logs, and Figures 5/7 on a held-out slice the models did not train on."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.helpers import make_corpus, make_senteval, make_transfer
+from tests.test_workflow import snakemake
+
+EXPERIMENTS = {
+    "untrained-tiny": {"plm": "tiny", "method": "untrained"},
+    "gp-mhe-tiny": {"plm": "tiny", "method": "paradigm", "options": {"loss": "mhe"}},
+    "gp-mhe-mod-tiny": {"plm": "tiny", "method": "paradigm-mhe"},
+    "gp-base-tiny": {"plm": "tiny", "method": "paradigm"},
+    "gp-r2-tiny": {"plm": "tiny", "method": "paradigm", "options": {"ratio": 2.0}},
+    "gp-heldout-tiny": {"plm": "tiny", "method": "paradigm", "training": {"holdout": 0.2}},
+}
+FIGURES = {
+    "gp_gd": {"kind": "gradient_dissipation", "points": 8, "batches": 20},
+    "gp_weight": {"kind": "gradient_weight", "points": 8, "batches": 20},
+    "gp_ratio": {"kind": "gradient_ratio", "points": 8},
+    "gp_sweep": {"kind": "component_sweep", "parameter": "ratio",
+                 "experiments": {"R = 1": "gp-base-tiny", "R = 2": "gp-r2-tiny"}},
+    "gp_training": {"kind": "training_ratio", "experiments": {"R = 1": "gp-base-tiny", "R = 2": "gp-r2-tiny"}},
+    "gp_heldout": {"kind": "heldout_statistics", "holdout": 0.2, "max_sentences": 40,
+                   "experiments": {"PLM": "untrained-tiny", "trained": "gp-heldout-tiny"}},
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_bert):
+    workdir = tmp_path_factory.mktemp("paradigm")
+    make_senteval(workdir / "data" / "senteval", n_extra=12)
+    make_transfer(workdir / "data" / "senteval")
+    make_corpus(workdir / "data" / "corpus.txt", 160)
+    settings = {"training": {"batch_size": 16, "lr": 1e-4}}
+    cfg = {
+        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt")},
+                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+        "mlflow": {"experiment_name": "cselab-test"},
+        "seeds": [42],
+        "plms": {"tiny": {"model": str(tiny_bert)}},
+        "training": {"max_len": 32, "max_steps": 6, "eval_steps": 3, "log_steps": 1},
+        "methods": {name: settings for name in ("paradigm", "paradigm-mhe")},
+        "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 100}},
+        "experiments": EXPERIMENTS,
+        "tables": {"gp_table": {"kind": "sts", "experiments": ["gp-mhe-tiny", "gp-mhe-mod-tiny"]}},
+        "figures": FIGURES,
+    }
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+    targets = ["results/gp_table.csv", *[f"results/{name}.png" for name in FIGURES]]
+    proc = snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "figure=1", "--", *targets)
+    return workdir, proc
+
+
+def test_table_of_original_and_modified_losses(run):
+    workdir, _ = run
+    table = pd.read_csv(workdir / "results" / "gp_table.csv")
+    assert list(table["experiment"]) == ["gp-mhe-tiny", "gp-mhe-mod-tiny"]
+    assert table["Avg"].notna().all()
+    spec = json.loads((workdir / "results/experiments/gp-mhe-mod-tiny-s42/model/cselab.json").read_text())
+    assert spec["experiment"]["options"]["loss"] == "mhe" and spec["experiment"]["options"]["r"] is True
+    assert spec["experiment"]["training"]["batch_size"] == 16  # the method's training settings apply
+
+
+def test_simulated_figures_need_no_training(run):
+    workdir, proc = run
+    gd = pd.read_csv(workdir / "results" / "gp_gd.csv")
+    assert set(gd["loss"]) == {"infonce", "arccon", "mpt", "met"} and len(gd) == 4 * 8 * 8
+    assert len(pd.read_csv(workdir / "results" / "gp_weight.csv")) == 6 * 8
+    assert set(pd.read_csv(workdir / "results" / "gp_ratio.csv")["loss"]) == {"arccon", "met"}
+
+
+def test_sweep_and_training_ratio(run):
+    workdir, _ = run
+    sweep = pd.read_csv(workdir / "results" / "gp_sweep.csv")
+    assert list(sweep["ratio"]) == [1.0, 2.0] and sweep["stsb_dev_spearman"].notna().all()
+    curve = pd.read_csv(workdir / "results/experiments/gp-r2-tiny-s42/curve.csv")
+    assert {"loss.paradigm", "pos_cos", "ratio_arccon", "ratio_met", "gd_kept"} <= set(curve.columns)
+    training = pd.read_csv(workdir / "results" / "gp_training.csv")
+    assert set(training["label"]) == {"R = 1", "R = 2"} and training["pos_cos"].between(-1, 1).all()
+    assert training.groupby("label")["step"].max().to_dict() == {"R = 1": 6, "R = 2": 6}
+
+
+def test_heldout_slice_is_not_trained_on(run):
+    workdir, _ = run
+    train = (workdir / "resources/corpus/split/train-0.2.txt").read_text().splitlines()
+    heldout = (workdir / "resources/corpus/split/heldout-0.2.txt").read_text().splitlines()
+    corpus = (workdir / "resources/corpus/corpus.txt").read_text().splitlines()
+    unique = set(corpus)
+    assert len(heldout) == int(0.2 * len(unique)) and set(train) | set(heldout) == unique
+    assert not set(heldout) & set(train)  # a duplicate of a held-out sentence is held out too
+    stats = pd.read_csv(workdir / "results" / "gp_heldout.csv")
+    assert set(stats["label"]) == {"PLM", "trained"}
+    assert set(stats["kind"]) == {"pos_cos", "hardest_neg_cos", "hardest_share"}
