@@ -252,7 +252,7 @@ def test_paradigm_figures_write_png_and_csv(tmp_path):
                           "ratio_arccon": [1.2, None, 1.3], "ratio_met": [2.0, None, 2.1]})
     df = P.figure_training_ratio({"R = 1": curve}, tmp_path / "t.png", tmp_path / "t.csv")
     assert list(df["step"]) == [1, 3]
-    with pytest.raises(DataError, match="has no ratio_arccon, ratio_met, pos_cos: Figure 8 needs a run of the paradigm"):
+    with pytest.raises(DataError, match="has no ratio_arccon, ratio_met, pos_cos: Figure 8 needs a run of the"):
         P.figure_training_ratio({"SimCSE": curve[["step", "loss"]]}, tmp_path / "x.png", tmp_path / "x.csv")
     rng = np.random.default_rng(0)
     u = rng.normal(size=(12, 8))

@@ -459,14 +459,21 @@ def heldout_file(cfg: dict, name: str) -> str | None:
 
 
 def full_options(spec: dict) -> dict:
-    """The primary method's options with its defaults filled in (published rows match on them)."""
+    """What published rows match on: the primary method's options with its defaults filled in,
+    its ``weight``, and every auxiliary's options and weight as ``<auxiliary>.<option>`` /
+    ``<auxiliary>.weight``."""
     import dataclasses
 
     from cselab.training.methods import method_class
 
     if spec["objective"] == UNTRAINED:
         return {}
-    return dataclasses.asdict(method_class(spec["objective"]).check_options(spec["options"]))
+    out = {**dataclasses.asdict(method_class(spec["objective"]).check_options(spec["options"])),
+           "weight": spec.get("weight", 1.0)}
+    for name, aux in spec.get("auxiliaries", {}).items():
+        options = dataclasses.asdict(method_class(name).check_options(aux.get("options", {})))
+        out.update({f"{name}.{k}": v for k, v in options.items()}, **{f"{name}.weight": aux["weight"]})
+    return out
 
 
 def corpus_file(spec: dict) -> str:

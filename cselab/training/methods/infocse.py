@@ -1,0 +1,227 @@
+"""InfoCSE (Wu et al., 2022): an auxiliary MLM network that must reconstruct masked tokens from
+the sentence's [CLS] vector, so [CLS] aggregates the sentence's information.
+
+The auxiliary network is the backbone's lower half of layers (BERT-base: 6), then 2 extra
+transformer layers and an MLM head. Its input is ``[h ; M^{>0}]``: the sentence encoder's
+top-layer [CLS] ``h`` of the unmasked sentence at position 0, then the lower half's hidden
+states of the masked sentence at every other position (Condenser's head over a lower layer's
+states, Gao and Callan, 2021).
+
+Two methods, two stages:
+
+- ``infocse_pretrain`` (stage 1, a ``pretraining:`` entry built by ``rule pretrain``): the
+  lower half is shared with the backbone; ``L_aux + mlm_weight * L_mlm`` (both masked-token
+  cross-entropies; ``L_mlm`` is BERT's own MLM on the top layer, its decoder tied to the input
+  embeddings). Exports the backbone, the extra layers and the MLM head.
+- ``infocse_mlm`` (stage 2, an auxiliary objective beside SimCSE's contrastive loss, weight
+  lambda = 1e-5): the encoder starts from stage 1's backbone; the lower half is a frozen copy
+  whose output carries no gradient (``detach``), so the MLM gradient reaches the encoder only
+  through ``h``; the extra layers and the head (an untied copy of stage 1's) train with it.
+  Both dropout views are masked independently and each reconstructs from its own ``h``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import torch
+
+from cselab.training import mlm
+from cselab.training.methods import Method, Output
+
+ARTIFACT = "aux_network"      # the role under which stage 2 receives stage 1's export
+AUX_FILE, AUX_CONFIG = "infocse_aux.pt", "infocse_aux.json"
+
+
+def _check_common(o) -> tuple[str, str] | None:
+    if not isinstance(o.mask_rate, (int, float)) or not 0 < o.mask_rate < 1:
+        return "mask_rate", f"must be in (0, 1), got {o.mask_rate!r}"
+    if o.lower_layers is not None and (not isinstance(o.lower_layers, int) or o.lower_layers < 1):
+        return "lower_layers", (f"must be a positive number of layers or null (half the backbone), "
+                                f"got {o.lower_layers!r}")
+    return None
+
+
+def _lower(ctx, lower_layers: int | None) -> int:
+    n = len(mlm.layers(ctx.encoder.backbone))
+    k = lower_layers or n // 2
+    if k >= n:
+        from cselab.errors import ConfigError
+
+        raise ConfigError(f"config key 'options.lower_layers': {k} is not below the backbone's {n} layers")
+    return k
+
+
+class AuxNetwork(torch.nn.Module):
+    """The extra layers and the MLM head over ``[h ; lower states]``."""
+
+    def __init__(self, backbone, extra_layers: int, model_dir=None, from_top: bool = False):
+        super().__init__()
+        if from_top:  # copies of the backbone's upper layers (InfoCSE Table 4 "w/o pre-training")
+            self.extra = copy.deepcopy(mlm.layers(backbone)[-extra_layers:])
+        else:         # new layers with BERT's init (Condenser's head, pretrained in stage 1)
+            self.extra = mlm.new_layers(backbone, extra_layers)
+        self.head = mlm.make_mlm_head(backbone.config, model_dir)
+
+    def loss(self, h: torch.Tensor, lower: torch.Tensor, attention_mask: torch.Tensor,
+             labels: torch.Tensor) -> torch.Tensor:
+        hidden = torch.cat([h[:, None, :].to(lower.dtype), lower[:, 1:]], dim=1)
+        return mlm.mlm_loss(self.head, mlm.run_layers(self.extra, hidden, attention_mask), labels)
+
+
+class InfoCSEPretrain(Method):
+    """Stage 1: pretrain the auxiliary network together with the backbone (a pretraining stage).
+
+    Options: ``mask_rate`` (0.15, BERT's), ``lower_layers`` (null: half the backbone's layers),
+    ``extra_layers`` (2), ``mlm_weight`` (1.0: the paper's ``L_aux + L_mlm``).
+    """
+
+    name = "infocse_pretrain"
+
+    @dataclasses.dataclass
+    class Options:
+        mask_rate: float = 0.15
+        lower_layers: int | None = None
+        extra_layers: int = 2
+        mlm_weight: float = 1.0
+
+    @classmethod
+    def validate_options(cls, o):
+        return _check_common(o)
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        backbone = ctx.encoder.backbone
+        self.k = _lower(ctx, self.options.lower_layers)
+        self.aux = AuxNetwork(backbone, self.options.extra_layers, ctx.model_dir)
+        self.mlm_head = self.aux.head  # BERT's MLM on the top layer shares the head ...
+        self.aux.head.decoder.weight = backbone.embeddings.word_embeddings.weight  # ... tied to the embeddings
+
+    def param_groups(self, lr):
+        shared = {id(p) for p in self.ctx.encoder.parameters()}
+        own = [p for p in self.parameters() if p.requires_grad and id(p) not in shared]
+        return [{"params": own, "lr": lr}]
+
+    def prepare(self, batch):
+        ids, labels = mlm.mask_tokens(batch["input_ids"], batch["attention_mask"], self.options.mask_rate,
+                                      self.ctx.tokenizer)
+        return {**batch, "mlm_input_ids": ids, "mlm_labels": labels}
+
+    def forward(self, batch, shared):
+        encoder, mask = self.ctx.encoder, batch["attention_mask"]
+        h = encoder(batch["input_ids"], mask)  # top-layer [CLS] of the unmasked sentence
+        _, out = encoder(batch["mlm_input_ids"], mask, output_hidden_states=True)
+        lower = out.hidden_states[self.k]
+        labels = batch["mlm_labels"]
+        terms = {"aux": self.aux.loss(h, lower, mask, labels),
+                 "mlm": self.options.mlm_weight * mlm.mlm_loss(self.mlm_head, out.last_hidden_state, labels)}
+        return Output(terms, {"masked_share": (labels != mlm.IGNORE).float().sum() / mask.sum()})
+
+    def export(self, out_dir):
+        self.ctx.encoder.save(out_dir)
+        state = {k: v for k, v in self.aux.state_dict().items() if k != "head.decoder.weight"}
+        state["head.decoder.weight"] = self.aux.head.decoder.weight.detach().clone()  # stored untied
+        torch.save(state, out_dir / AUX_FILE)
+        (out_dir / AUX_CONFIG).write_text(json.dumps({"lower_layers": self.k, "extra_layers": self.options.extra_layers,
+                                                      "mask_rate": self.options.mask_rate}))
+
+
+class InfoCSEMLM(Method):
+    """Stage 2: InfoCSE's auxiliary objective ``L_aux``, to be weighted by lambda beside a primary
+    contrastive method (``methods.infocse`` in the config: SimCSE with the BatchNorm projector
+    plus this at weight 1e-5).
+
+    Options: ``mask_rate`` (0.4, the paper's best), ``detach`` (true: the lower half is a frozen
+    copy without gradient; false: the encoder's own lower layers, so the MLM gradient also
+    reaches them: InfoCSE Table 6), ``pretrained`` (true: start the encoder and the auxiliary
+    network from ``stage``, the stage-1 export; false: no stage 1, new extra layers and head:
+    Table 4), ``stage`` (the ``pretraining:`` entry), ``lower_layers`` / ``extra_layers``
+    (without stage 1; with it they come from the export), ``extra_init`` (without stage 1:
+    ``top``, copies of the backbone's upper layers as the paper's Table 4 does, or ``random``),
+    ``views`` (how many views of the batch the primary encodes; each is masked and
+    reconstructed).
+    """
+
+    name = "infocse_mlm"
+    roles = ("auxiliary",)
+
+    @dataclasses.dataclass
+    class Options:
+        mask_rate: float = 0.4
+        detach: bool = True
+        pretrained: bool = True
+        stage: str = "infocse-pretrain"
+        lower_layers: int | None = None
+        extra_layers: int = 2
+        extra_init: str = "top"
+        views: int = 2
+
+    @classmethod
+    def validate_options(cls, o):
+        problem = _check_common(o)
+        if problem:
+            return problem
+        if o.extra_init not in ("top", "random"):
+            return "extra_init", f"must be 'top' or 'random', got {o.extra_init!r}"
+        if not isinstance(o.views, int) or o.views < 1:
+            return "views", f"must be a positive integer, got {o.views!r}"
+        return None
+
+    @classmethod
+    def requires(cls, options):
+        return {ARTIFACT: options.stage} if options.pretrained else {}
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o = self.options
+        backbone = ctx.encoder.backbone
+        if o.pretrained:
+            stage_dir = ctx.artifacts[ARTIFACT]
+            saved = json.loads((stage_dir / AUX_CONFIG).read_text())
+            self.k = saved["lower_layers"]
+            self._load_backbone(stage_dir)
+            self.aux = AuxNetwork(backbone, saved["extra_layers"])
+            self.aux.load_state_dict(torch.load(stage_dir / AUX_FILE, map_location="cpu", weights_only=True))
+        else:
+            self.k = _lower(ctx, o.lower_layers)
+            self.aux = AuxNetwork(backbone, o.extra_layers, ctx.model_dir, from_top=o.extra_init == "top")
+        if o.detach:
+            self.lower = self.freeze("lower", mlm.LowerLayers(backbone, self.k, copy_modules=True), train_mode=False)
+        else:
+            self.lower = mlm.LowerLayers(backbone, self.k, copy_modules=False)
+
+    def _load_backbone(self, stage_dir):
+        from transformers import AutoModel
+
+        trained = AutoModel.from_pretrained(stage_dir)
+        missing, unexpected = self.ctx.encoder.backbone.load_state_dict(trained.state_dict(), strict=False)
+        if [k for k in missing if "pooler" not in k] or unexpected:
+            from cselab.errors import ModelError
+
+            raise ModelError(f"stage-1 export {stage_dir} does not match the PLM: missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]}")
+
+    def prepare(self, batch):
+        views = self.options.views
+        ids, labels = mlm.mask_tokens(batch["input_ids"].repeat(views, 1), batch["attention_mask"].repeat(views, 1),
+                                      self.options.mask_rate, self.ctx.tokenizer)
+        return {**batch, "aux_input_ids": ids, "aux_labels": labels}
+
+    def forward(self, batch, shared):
+        h = shared.get("pooled")
+        if h is None or h.size(0) != batch["aux_input_ids"].size(0):
+            from cselab.errors import ConfigError
+
+            got = "nothing" if h is None else f"{h.size(0)} rows"
+            raise ConfigError(f"infocse_mlm needs the primary method's pooled [CLS] of {self.options.views} views "
+                              f"({batch['aux_input_ids'].size(0)} rows) in shared['pooled'], got {got}; "
+                              f"set options.views to the primary's number of views")
+        mask = batch["attention_mask"].repeat(self.options.views, 1)
+        if self.options.detach:
+            with torch.no_grad():
+                lower = self.lower(batch["aux_input_ids"], mask)
+        else:
+            lower = self.lower(batch["aux_input_ids"], mask)
+        return Output({"mlm": self.aux.loss(h, lower, mask, batch["aux_labels"])})

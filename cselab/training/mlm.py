@@ -1,0 +1,193 @@
+"""Masked-language-model parts shared by the methods that mask their input (InfoCSE, DiffCSE):
+BERT's 80/10/10 masking, an MLM head, extra transformer layers over a lower layer's states
+(Condenser's design, which InfoCSE's auxiliary network follows), and the masked-token loss.
+
+Everything works on any BERT-like Hugging Face backbone (``embeddings`` + ``encoder.layer``),
+including checkpoints without an MLM head (all-MiniLM-L6-v2): the head is then new, else it
+starts from the checkpoint's (``cls.predictions.*`` of BERT, ``lm_head.*`` of RoBERTa).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cselab.training.heads import init_linear
+from cselab.training.losses import fp32
+
+IGNORE = -100
+
+
+def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: float, tokenizer,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking (Devlin et al., 2019): each real, non-special token is selected with
+    probability ``rate``; of the selected, 80% become ``[MASK]``, 10% a random token, 10% stay.
+    Returns ``(masked_ids, labels)`` with ``labels`` the original id at selected positions and
+    -100 elsewhere. Vectorised; no Python loop over tokens."""
+    special = torch.zeros_like(input_ids, dtype=torch.bool)
+    for tid in {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
+                tokenizer.bos_token_id, tokenizer.eos_token_id} - {None}:
+        special |= input_ids == tid
+    candidates = attention_mask.bool() & ~special
+
+    def uniform():
+        return torch.rand(input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
+
+    selected = candidates & (uniform() < rate)
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
+    draw = uniform()
+    masked = input_ids.clone()
+    masked[selected & (draw < 0.8)] = tokenizer.mask_token_id
+    random_pos = selected & (draw >= 0.8) & (draw < 0.9)
+    vocab = len(tokenizer)
+    random_ids = torch.randint(vocab, input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
+    masked[random_pos] = random_ids[random_pos]
+    return masked, labels
+
+
+def mlm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over the masked positions only (the head runs on those rows alone), in fp32;
+    0 (with a gradient path) when a batch has no masked token."""
+    where = labels != IGNORE
+    logits = head(hidden[where])
+    with fp32(hidden.device):
+        if logits.size(0) == 0:
+            return logits.float().sum() * 0.0
+        return F.cross_entropy(logits.float(), labels[where])
+
+
+class MLMHead(nn.Module):
+    """BERT's MLM prediction head: dense + activation + LayerNorm, then the vocabulary decoder
+    (its bias is the per-token output bias)."""
+
+    def __init__(self, config):
+        super().__init__()
+        from transformers.models.bert.modeling_bert import BertPredictionHeadTransform
+
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden))
+
+
+def make_mlm_head(config, model_dir: Path | None = None) -> MLMHead:
+    """An MLM head initialised from ``model_dir``'s when the checkpoint has one, else BERT's init."""
+    head = MLMHead(config)
+    init_linear(head, getattr(config, "initializer_range", 0.02))
+    for m in head.modules():
+        if isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    state = checkpoint_mlm_head(model_dir) if model_dir else {}
+    if state:
+        head.load_state_dict(state, strict=False)
+    return head
+
+
+_HEAD_KEYS = {  # the checkpoint's name -> BertLMPredictionHead's
+    "cls.predictions.transform.dense.weight": "transform.dense.weight",
+    "cls.predictions.transform.dense.bias": "transform.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "transform.LayerNorm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "transform.LayerNorm.bias",
+    "cls.predictions.transform.LayerNorm.gamma": "transform.LayerNorm.weight",
+    "cls.predictions.transform.LayerNorm.beta": "transform.LayerNorm.bias",
+    "cls.predictions.decoder.weight": "decoder.weight",
+    "cls.predictions.bias": "decoder.bias",
+    "cls.predictions.decoder.bias": "decoder.bias",
+    "lm_head.dense.weight": "transform.dense.weight",
+    "lm_head.dense.bias": "transform.dense.bias",
+    "lm_head.layer_norm.weight": "transform.LayerNorm.weight",
+    "lm_head.layer_norm.bias": "transform.LayerNorm.bias",
+    "lm_head.decoder.weight": "decoder.weight",
+    "lm_head.bias": "decoder.bias",
+    "lm_head.decoder.bias": "decoder.bias",
+}
+
+
+def checkpoint_mlm_head(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The MLM head's tensors in a checkpoint folder (empty when it has none)."""
+    model_dir = Path(model_dir)
+    tensors: dict[str, torch.Tensor] = {}
+    st = model_dir / "model.safetensors"
+    if st.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt") as f:
+            for key in f.keys():
+                if key in _HEAD_KEYS:
+                    tensors[_HEAD_KEYS[key]] = f.get_tensor(key)
+    elif (model_dir / "pytorch_model.bin").is_file():
+        state = torch.load(model_dir / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        tensors = {_HEAD_KEYS[k]: v for k, v in state.items() if k in _HEAD_KEYS}
+    if "decoder.weight" not in tensors and tensors:  # a tied decoder is stored once, as the word embeddings
+        for key in ("bert.embeddings.word_embeddings.weight", "roberta.embeddings.word_embeddings.weight"):
+            found = _read_tensor(model_dir, key)
+            if found is not None:
+                tensors["decoder.weight"] = found
+                break
+    return tensors
+
+
+def _read_tensor(model_dir: Path, key: str) -> torch.Tensor | None:
+    st = model_dir / "model.safetensors"
+    if not st.is_file():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(st), framework="pt") as f:
+        return f.get_tensor(key) if key in f.keys() else None
+
+
+def extended_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[B, T]`` 0/1 -> the additive ``[B, 1, 1, T]`` mask a transformer layer takes."""
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def layers(backbone: nn.Module) -> nn.ModuleList:
+    return backbone.encoder.layer
+
+
+def new_layers(backbone: nn.Module, n: int) -> nn.ModuleList:
+    """``n`` transformer layers of the backbone's own layer class, with BERT's init (Condenser's head)."""
+    config = backbone.config
+    cls = type(layers(backbone)[0])
+    extra = nn.ModuleList(cls(config) for _ in range(n))
+    init_linear(extra, getattr(config, "initializer_range", 0.02))
+    for m in extra.modules():
+        if isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    return extra
+
+
+def run_layers(stack, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    mask = extended_mask(attention_mask, hidden.dtype)
+    for layer in stack:
+        out = layer(hidden, attention_mask=mask)
+        hidden = out[0] if isinstance(out, tuple) else out
+    return hidden
+
+
+class LowerLayers(nn.Module):
+    """The embeddings and the lowest ``k`` layers of a backbone: ``forward`` returns the k-th
+    layer's hidden states. ``copy=True`` holds its own copy (a frozen auxiliary input);
+    otherwise it runs the backbone's own modules (gradients reach the encoder)."""
+
+    def __init__(self, backbone: nn.Module, k: int, copy_modules: bool = True):
+        super().__init__()
+        embeddings, stack = backbone.embeddings, layers(backbone)[:k]
+        if copy_modules:
+            embeddings, stack = copy.deepcopy(embeddings), copy.deepcopy(stack)
+            self.embeddings, self.stack = embeddings, stack
+        else:  # not registered: the encoder owns (and optimises, and checkpoints) them
+            object.__setattr__(self, "embeddings", embeddings)
+            object.__setattr__(self, "stack", stack)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.embeddings(input_ids=input_ids, token_type_ids=torch.zeros_like(input_ids))
+        return run_layers(self.stack, hidden, attention_mask)

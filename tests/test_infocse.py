@@ -1,0 +1,191 @@
+"""InfoCSE: BERT's masking, the auxiliary network's input [h ; lower states], stage 1 (shared
+lower layers, tied decoder) and its export, stage 2 (frozen detached copy, gradient only
+through h, options of the ablations), and the MLM head taken from a checkpoint that has one."""
+
+import pytest
+import torch
+
+from cselab.errors import ConfigError
+from cselab.training import mlm
+from cselab.training.encoder import load_encoder
+from cselab.training.methods import build_objective
+from cselab.training.methods.infocse import AUX_CONFIG, AUX_FILE, InfoCSEMLM
+
+SENTENCES = ["a man plays a guitar on the street .", "the dog runs fast in the park .",
+             "it rains all day in the city .", "two women are talking about the weather ."]
+
+
+def test_masking_is_berts_80_10_10(tiny_encoder):
+    tok = tiny_encoder.tokenizer
+    batch = tiny_encoder.pad(tiny_encoder.tokenize(SENTENCES * 200, 32))
+    ids, attn = batch["input_ids"], batch["attention_mask"]
+    masked, labels = mlm.mask_tokens(ids, attn, 0.4, tok, torch.Generator().manual_seed(0))
+    selected = labels != mlm.IGNORE
+    special = (ids == tok.cls_token_id) | (ids == tok.sep_token_id) | (attn == 0)
+    assert not (selected & special).any()  # never [CLS], [SEP] or padding
+    assert (labels[selected] == ids[selected]).all() and (masked[~selected] == ids[~selected]).all()
+    share = selected.sum() / (~special).sum()
+    assert share.item() == pytest.approx(0.4, abs=0.02)
+    to_mask = (masked[selected] == tok.mask_token_id).float().mean().item()
+    unchanged = (masked[selected] == ids[selected]).float().mean().item()
+    assert to_mask == pytest.approx(0.8, abs=0.02) and unchanged == pytest.approx(0.1, abs=0.02)
+
+
+def test_aux_input_is_h_then_the_lower_states(tiny_encoder):
+    from cselab.training.methods.infocse import AuxNetwork
+
+    torch.manual_seed(0)
+    aux = AuxNetwork(tiny_encoder.backbone, 2).eval()
+    n, t, d = 3, 6, tiny_encoder.hidden_size
+    h, lower = torch.randn(n, d), torch.randn(n, t, d)
+    attn = torch.ones(n, t, dtype=torch.long)
+    labels = torch.full((n, t), mlm.IGNORE)
+    labels[:, 2] = 1000
+    base = aux.loss(h, lower, attn, labels)
+    changed_pos0 = lower.clone()
+    changed_pos0[:, 0] += 5.0  # position 0 of the lower states is replaced by h: no effect
+    assert aux.loss(h, changed_pos0, attn, labels).item() == pytest.approx(base.item())
+    assert aux.loss(h + 1.0, lower, attn, labels).item() != pytest.approx(base.item())
+    none = torch.full((n, t), mlm.IGNORE)
+    zero = aux.loss(h.requires_grad_(), lower, attn, none)
+    assert zero.item() == 0.0
+    zero.backward()  # a batch without a masked token still backpropagates
+
+
+def stage_one(tiny_bert):
+    encoder = load_encoder(tiny_bert)
+    spec = {"objective": "infocse_pretrain", "options": {}, "auxiliaries": {}, "training": {"temperature": 0.05}}
+    return encoder, build_objective(spec, encoder, {}, tiny_bert)
+
+
+def stage_two(tiny_bert, stage_dir, **options):
+    encoder = load_encoder(tiny_bert)
+    spec = {"objective": "simcse", "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+            "auxiliaries": {"infocse_mlm": {"weight": 1.0, "options": options}}}
+    artifacts = {"aux_network": stage_dir} if stage_dir else {}
+    return encoder, build_objective(spec, encoder, artifacts, tiny_bert)
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_bert, tmp_path_factory):
+    """Stage 1 trained for two steps, then exported."""
+    torch.manual_seed(0)
+    encoder, objective = stage_one(tiny_bert)
+    groups = [{"params": list(encoder.parameters()), "lr": 1e-3}, *objective.param_groups(1e-3)]
+    optimizer = torch.optim.AdamW(groups)  # raises if the tied decoder were in two groups
+    objective.train()
+    for _ in range(2):
+        batch = objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32)))
+        loss, terms, scalars = objective(batch)
+        assert set(terms) == {"aux", "mlm", "total"} and 0 < scalars["masked_share"] < 0.5
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    out = tmp_path_factory.mktemp("stage1")
+    objective.primary.export(out)
+    return encoder, objective, out
+
+
+def test_stage_one_shares_the_lower_layers_and_ties_the_decoder(exported):
+    encoder, objective, out = exported
+    stage = objective.primary
+    assert stage.aux.head.decoder.weight is encoder.backbone.embeddings.word_embeddings.weight
+    assert stage.k == 1  # half of the tiny BERT's 2 layers
+    own = {id(p) for g in stage.param_groups(1e-3) for p in g["params"]}
+    assert not own & {id(p) for p in encoder.parameters()}
+    assert {"config.json", "model.safetensors", AUX_FILE, AUX_CONFIG} <= {p.name for p in out.iterdir()}
+
+
+def test_stage_two_starts_from_stage_one_with_a_frozen_detached_copy(tiny_bert, exported):
+    trained, stage1, out = exported
+    encoder, objective = stage_two(tiny_bert, out)
+    aux = objective.components[1]
+    for (name, a), b in zip(encoder.backbone.state_dict().items(), trained.backbone.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert torch.equal(aux.aux.extra[0].output.dense.weight, stage1.primary.aux.extra[0].output.dense.weight)
+    assert aux.aux.head.decoder.weight is not encoder.backbone.embeddings.word_embeddings.weight  # untied copy
+    assert not any(k.startswith("components.1.lower") for k in objective.state_dict())  # not resumable state
+    assert "infocse_mlm.lower" in objective.frozen()
+    in_groups = {id(p) for g in objective.param_groups(1e-3) for p in g["params"]}
+    assert not in_groups & {id(p) for p in aux.lower.parameters()}
+
+    objective.train()
+    assert not aux.lower.training  # the frozen copy runs in eval mode
+    batch = objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32)))
+    assert batch["aux_input_ids"].shape[0] == 2 * len(SENTENCES)  # both views masked, independently
+    assert not torch.equal(batch["aux_input_ids"][:4], batch["aux_input_ids"][4:])
+    shared = {"pooled": encoder(batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)).detach()}
+    aux(batch, shared).losses["mlm"].backward()
+    # h detached and the lower copy detached: the MLM reaches neither the encoder nor the copy
+    assert all(p.grad is None for p in encoder.parameters())
+    assert all(p.grad is None for p in aux.lower.parameters())
+    assert aux.aux.extra[0].output.dense.weight.grad is not None  # the extra layers and head train
+
+
+def test_stage_two_without_detach_trains_the_encoders_lower_layers(tiny_bert, exported):
+    _, _, out = exported
+    encoder, objective = stage_two(tiny_bert, out, detach=False)
+    aux = objective.components[1]
+    assert not objective.frozen()
+    batch = objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32)))
+    shared = {"pooled": encoder(batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)).detach()}
+    aux(batch, shared).losses["mlm"].backward()
+    assert encoder.backbone.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
+    assert encoder.backbone.encoder.layer[1].output.dense.weight.grad is None  # above the lower half
+
+
+def test_stage_two_without_pretraining_needs_no_artifact(tiny_bert):
+    assert InfoCSEMLM.requires(InfoCSEMLM.check_options({"pretrained": False})) == {}
+    assert InfoCSEMLM.requires(InfoCSEMLM.check_options({})) == {"aux_network": "infocse-pretrain"}
+    encoder, objective = stage_two(tiny_bert, None, pretrained=False)
+    objective.train()
+    loss, terms, _ = objective(objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32))))
+    assert set(terms) == {"contrastive", "mlm", "total"}
+    loss.backward()
+    assert encoder.backbone.encoder.layer[1].output.dense.weight.grad is not None  # through h
+
+
+def test_views_must_match_the_primary(tiny_bert):
+    encoder, objective = stage_two(tiny_bert, None, pretrained=False, views=3)
+    with pytest.raises(ConfigError, match=r"infocse_mlm needs the primary method's pooled \[CLS\] of 3 views"):
+        objective(objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32))))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mask_rate": 1.2}, r"'options\.mask_rate': must be in \(0, 1\)"),
+    ({"lower_layers": 0}, r"'options\.lower_layers': must be a positive number of layers"),
+    ({"views": 0}, r"'options\.views': must be a positive integer"),
+    ({"mask": 0.3}, r"unknown config key 'options\.mask' for method 'infocse_mlm'"),
+])
+def test_bad_options(options, message):
+    with pytest.raises(ConfigError, match=message):
+        InfoCSEMLM.check_options(options)
+
+
+def test_mlm_head_comes_from_a_checkpoint_that_has_one(tmp_path, tiny_bert):
+    from transformers import AutoConfig, BertForMaskedLM
+
+    config = AutoConfig.from_pretrained(tiny_bert)
+    torch.manual_seed(1)
+    model = BertForMaskedLM(config)
+    with torch.no_grad():
+        model.cls.predictions.transform.dense.weight.normal_()
+        model.cls.predictions.bias.fill_(0.5)
+    model.save_pretrained(tmp_path)
+    head = mlm.make_mlm_head(config, tmp_path)
+    assert torch.equal(head.transform.dense.weight, model.cls.predictions.transform.dense.weight)
+    assert torch.allclose(head.decoder.bias, torch.full_like(head.decoder.bias, 0.5))
+    assert torch.equal(head.decoder.weight, model.bert.embeddings.word_embeddings.weight)  # tied, stored once
+    fresh = mlm.make_mlm_head(config, tiny_bert)  # a checkpoint without a head: BERT's init
+    assert fresh.transform.dense.weight.std().item() == pytest.approx(0.02, rel=0.2)
+
+
+def test_without_pretraining_the_extra_layers_are_the_backbones_upper_layers(tiny_bert):
+    encoder, objective = stage_two(tiny_bert, None, pretrained=False)
+    extra = objective.components[1].aux.extra
+    assert len(extra) == 2
+    top = encoder.backbone.encoder.layer
+    assert torch.equal(extra[0].output.dense.weight, top[0].output.dense.weight)  # the tiny BERT has 2 layers
+    assert extra[1].output.dense.weight is not top[1].output.dense.weight  # a copy, not shared
+    _, fresh = stage_two(tiny_bert, None, pretrained=False, extra_init="random")
+    assert not torch.equal(fresh.components[1].aux.extra[0].output.dense.weight, top[0].output.dense.weight)

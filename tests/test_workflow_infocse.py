@@ -1,0 +1,84 @@
+"""InfoCSE through Snakemake on a tiny random BERT: the stage-1 pretraining rule runs once per
+PLM before the stage-2 trainings that declared it (and not for the ablation without it), the
+stage's export seeds stage 2, and the ablation tables match the paper's rows on the auxiliary
+objective's options."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.helpers import make_corpus, make_senteval, make_transfer
+from tests.test_workflow import snakemake
+
+EXPERIMENTS = {
+    "simcse-tiny": {"plm": "tiny", "method": "simcse"},
+    "infocse-tiny": {"plm": "tiny", "method": "infocse"},
+    "info-nopre-tiny": {"plm": "tiny", "method": "infocse",
+                        "auxiliaries": {"infocse_mlm": {"options": {"pretrained": False}}}},
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_bert):
+    workdir = tmp_path_factory.mktemp("infocse")
+    make_senteval(workdir / "data" / "senteval", n_extra=12)
+    make_transfer(workdir / "data" / "senteval")
+    make_corpus(workdir / "data" / "corpus.txt", 120)
+    cfg = {
+        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt")},
+                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+        "mlflow": {"experiment_name": "cselab-test"},
+        "seeds": [42],
+        "plms": {"tiny": {"model": str(tiny_bert)}},
+        "training": {"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2, "log_steps": 1},
+        "methods": {"infocse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1}}},
+        "pretraining": {"infocse-pretrain": {"training": {"batch_size": 16, "lr": 1e-3, "epochs": 1,
+                                                          "max_steps": 5}}},
+        "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 100}},
+        "experiments": EXPERIMENTS,
+        "tables": {"info_t2": {"kind": "sts", "sources": [["infocse", "table2"]],
+                               "experiments": ["simcse-tiny", "infocse-tiny"]},
+                   "info_t7": {"kind": "stsb_dev", "sources": [["infocse", "table7"]],
+                               "experiments": ["infocse-tiny", "info-nopre-tiny"]}},
+    }
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+    plan = snakemake(workdir, "-n", "results/info_t2.csv", "results/info_t7.csv").stdout
+    snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "--",
+              "results/info_t2.csv", "results/info_t7.csv")
+    return workdir, plan
+
+
+def test_stage_one_runs_once_before_the_trainings_that_need_it(run):
+    workdir, plan = run
+    assert plan.count("rule pretrain:") == 1 and "stage=infocse-pretrain" in plan
+    jobs = {block.split("wildcards: exp=")[1].split()[0]: block for block in plan.split("rule train:")[1:]}
+    stage_dir = "resources/pretrained/infocse-pretrain/tiny/model"
+    assert stage_dir in jobs["infocse-tiny-s42"] and stage_dir not in jobs["info-nopre-tiny-s42"]
+    stage = workdir / "resources/pretrained/infocse-pretrain/tiny/model"
+    assert {"infocse_aux.pt", "infocse_aux.json", "model.safetensors"} <= {p.name for p in stage.iterdir()}
+    curve = pd.read_csv(workdir / "resources/pretrained/infocse-pretrain/tiny/curve.csv")
+    assert {"loss.aux", "loss.mlm", "masked_share"} <= set(curve.columns) and curve["step"].max() == 5
+    assert curve["loss.aux"].iloc[-1] < curve["loss.aux"].iloc[0]  # stage 1 learns
+
+
+def test_stage_two_logs_both_terms_and_starts_from_stage_one(run):
+    workdir, _ = run
+    curve = pd.read_csv(workdir / "results/experiments/infocse-tiny-s42/curve.csv")
+    assert {"loss.contrastive", "loss.mlm"} <= set(curve.columns)
+    step0 = {name: pd.read_csv(workdir / f"results/experiments/{name}-s42/curve.csv").iloc[0]["stsb_dev_spearman"]
+             for name in ("infocse-tiny", "info-nopre-tiny", "simcse-tiny")}
+    assert step0["info-nopre-tiny"] == step0["simcse-tiny"]  # both start from the PLM
+    assert step0["infocse-tiny"] != step0["simcse-tiny"]     # stage 2 starts from stage 1's backbone
+    spec = json.loads((workdir / "results/experiments/infocse-tiny-s42/model/cselab.json").read_text())
+    assert spec["experiment"]["signature"] == "simcse+infocse_mlm"
+
+
+def test_tables(run):
+    workdir, _ = run
+    t7 = pd.read_csv(workdir / "results/info_t7.csv")
+    assert list(t7["experiment"]) == ["infocse-tiny", "info-nopre-tiny"]
+    assert t7["STS-B dev"].notna().all()
+    t2 = pd.read_csv(workdir / "results/info_t2.csv")
+    assert t2["Avg"].notna().all() and t2.loc[1, "baseline"] == "simcse-tiny"
