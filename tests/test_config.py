@@ -75,7 +75,7 @@ def test_seeds_expand_ids(smoke):
     ({"training": {"lr": "3e-5"}}, r"config key 'training\.lr': '3e-5' is a string.*write 3\.0e-5"),
     ({"training": {"pooler": "mean"}}, r"config key 'training\.pooler': 'mean' is not one of \['cls', 'avg'\]"),
     ({"experiments": {"simcse-minilm": {"method": "simsce"}}},
-     r"'experiments\.simcse-minilm\.method': unknown method 'simsce'; valid methods: compcse, infocse, paradigm, "),
+     r"'experiments\.simcse-minilm\.method': unknown method 'simsce'; valid methods: compcse, diffcse, infocse, "),
     ({"methods": {"simcse": {"objective": "infonce2"}}},
      r"'methods\.simcse\.objective': unknown method 'infonce2'; valid methods: .*compcse.*simcse"),
     ({"methods": {"simcse": {"auxiliaries": {"rtd2": {"weight": 0.1}}}}},
@@ -128,7 +128,7 @@ def test_methods_table_reuses_equivalent_experiments(smoke):
     # experiment with exactly its defaults at smoke scale, so it gets one
     assert cfg["tables"]["methods"]["experiments"] == [
         "simcse-minilm", "compcse-minilm", "bench-paradigm-minilm", "gp-mhe-mod-minilm", "gp-mhs-mod-minilm",
-        "gp-bt-mod-minilm", "gp-vicreg-mod-minilm", "infocse-minilm"]
+        "gp-bt-mod-minilm", "gp-vicreg-mod-minilm", "infocse-minilm", "diffcse-minilm"]
     cfg = cc.validate(deep_update(smoke, {"tables": {"methods": {"kind": "methods", "plm": "minilm",
                                                                   "methods": ["simcse", "compcse"],
                                                                   "training": {"max_steps": 20}}}}))

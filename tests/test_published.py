@@ -11,7 +11,8 @@ from cselab.evaluation.sts import STS_COLUMNS
 from cselab.reporting.published import columns, lookup, published
 
 TABLES = published()
-WITH_AVERAGE = [key for key in sorted(TABLES) if columns(*key)[-1] == "Avg"]
+# InfoCSE Table 12's Avg is the STS test average beside an STS-B dev column: not a row mean
+WITH_AVERAGE = [key for key in sorted(TABLES) if columns(*key)[-1] == "Avg" and key != ("infocse", "table12")]
 
 
 def test_every_paper_and_table_is_there():
@@ -77,7 +78,10 @@ def test_paradigm_rows_match_experiments_by_loss_and_terms():
 
 
 @pytest.mark.parametrize("table", ["infocse_table2", "infocse_table4", "infocse_table5", "infocse_table6",
-                                   "infocse_table7", "infocse_table8", "paradigm_table3", "paradigm_table5"])
+                                   "infocse_table7", "infocse_table8", "infocse_table12", "diffcse_table1",
+                                   "diffcse_table4", "diffcse_table5", "diffcse_table6", "diffcse_table7",
+                                   "diffcse_table8", "paradigm_table3", "paradigm_table5", "table_transfer",
+                                   "table_retrieval", "table_geometry"])
 def test_every_paper_scale_row_finds_its_published_number(table):
     """The paper config's experiments match the published rows on objective and (auxiliary) options,
     one published row per experiment and no two experiments on the same row."""
@@ -96,6 +100,8 @@ def test_every_paper_scale_row_finds_its_published_number(table):
         entry, note = lookup_any(sources, row["model"], row["objective"], row["options"])
         if entry is None and table == "paradigm_table3" and not row["options"].get("gd", True):
             continue  # Table 3 prints the original non-contrastive losses only as gains (their Table 5)
+        if entry is None and (row["objective"] == "untrained" or row["objective"].startswith("compcse")):
+            continue  # shared tables: the untrained PLM and CompCSE have no row in these papers
         assert entry is not None, (row["id"], note)
         seen[name] = (row["model"], entry["row"])
     rows = list(seen.values())

@@ -1,9 +1,10 @@
-"""InfoCSE through Snakemake on a tiny random BERT: the stage-1 pretraining rule runs once per
-PLM before the stage-2 trainings that declared it (and not for the ablation without it), the
-stage's export seeds stage 2, and the ablation tables match the paper's rows on the auxiliary
-objective's options."""
+"""InfoCSE and DiffCSE through Snakemake on a tiny random BERT: the stage-1 pretraining rule runs
+once per PLM before the trainings that declared it (InfoCSE's stage 2, DiffCSE's generator for a
+PLM without an MLM head; not for the ablation without it), the stage's export seeds stage 2 and
+serves as DiffCSE's generator, and RTD and the auxiliary MLM compose in config (InfoCSE Table 12)."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -17,6 +18,8 @@ EXPERIMENTS = {
     "infocse-tiny": {"plm": "tiny", "method": "infocse"},
     "info-nopre-tiny": {"plm": "tiny", "method": "infocse",
                         "auxiliaries": {"infocse_mlm": {"options": {"pretrained": False}}}},
+    "diffcse-tiny": {"plm": "tiny", "method": "diffcse"},
+    "info-rtd-tiny": {"plm": "tiny", "method": "infocse", "auxiliaries": {"rtd": {"weight": 0.005}}},
 }
 
 
@@ -33,29 +36,33 @@ def run(tmp_path_factory, tiny_bert):
         "seeds": [42],
         "plms": {"tiny": {"model": str(tiny_bert)}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2, "log_steps": 1},
-        "methods": {"infocse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1}}},
+        "methods": {"infocse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1}},
+                    "diffcse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1},
+                                "auxiliaries": {"rtd": {"options": {"generator": None}}}}},
         "pretraining": {"infocse-pretrain": {"training": {"batch_size": 16, "lr": 1e-3, "epochs": 1,
                                                           "max_steps": 5}}},
         "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 100}},
         "experiments": EXPERIMENTS,
-        "tables": {"info_t2": {"kind": "sts", "sources": [["infocse", "table2"]],
-                               "experiments": ["simcse-tiny", "infocse-tiny"]},
+        "tables": {"info_t12": {"kind": "sts", "sources": [["infocse", "table12"]],
+                                "experiments": ["simcse-tiny", "diffcse-tiny", "infocse-tiny", "info-rtd-tiny"]},
                    "info_t7": {"kind": "stsb_dev", "sources": [["infocse", "table7"]],
                                "experiments": ["infocse-tiny", "info-nopre-tiny"]}},
     }
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
-    plan = snakemake(workdir, "-n", "results/info_t2.csv", "results/info_t7.csv").stdout
+    plan = snakemake(workdir, "-n", "results/info_t12.csv", "results/info_t7.csv").stdout
     snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "--",
-              "results/info_t2.csv", "results/info_t7.csv")
+              "results/info_t12.csv", "results/info_t7.csv")
     return workdir, plan
 
 
 def test_stage_one_runs_once_before_the_trainings_that_need_it(run):
     workdir, plan = run
     assert plan.count("rule pretrain:") == 1 and "stage=infocse-pretrain" in plan
-    jobs = {block.split("wildcards: exp=")[1].split()[0]: block for block in plan.split("rule train:")[1:]}
+    blocks = re.split(r"\n(?:local)?rule ", plan)
+    jobs = {block.split("wildcards: exp=")[1].split()[0]: block for block in blocks if block.startswith("train:")}
     stage_dir = "resources/pretrained/infocse-pretrain/tiny/model"
     assert stage_dir in jobs["infocse-tiny-s42"] and stage_dir not in jobs["info-nopre-tiny-s42"]
+    assert stage_dir in jobs["diffcse-tiny-s42"] and stage_dir in jobs["info-rtd-tiny-s42"]
     stage = workdir / "resources/pretrained/infocse-pretrain/tiny/model"
     assert {"infocse_aux.pt", "infocse_aux.json", "model.safetensors"} <= {p.name for p in stage.iterdir()}
     curve = pd.read_csv(workdir / "resources/pretrained/infocse-pretrain/tiny/curve.csv")
@@ -80,5 +87,16 @@ def test_tables(run):
     t7 = pd.read_csv(workdir / "results/info_t7.csv")
     assert list(t7["experiment"]) == ["infocse-tiny", "info-nopre-tiny"]
     assert t7["STS-B dev"].notna().all()
-    t2 = pd.read_csv(workdir / "results/info_t2.csv")
-    assert t2["Avg"].notna().all() and t2.loc[1, "baseline"] == "simcse-tiny"
+    t12 = pd.read_csv(workdir / "results/info_t12.csv")
+    assert list(t12["experiment"]) == ["simcse-tiny", "diffcse-tiny", "infocse-tiny", "info-rtd-tiny"]
+    assert t12["Avg"].notna().all() and (t12.loc[1:, "baseline"] == "simcse-tiny").all()
+    assert list(t12["method"]) == ["simcse", "diffcse", "infocse", "infocse"]
+
+
+def test_diffcse_uses_the_stage_as_generator_and_logs_rtd(run):
+    workdir, _ = run
+    for name in ("diffcse-tiny", "info-rtd-tiny"):
+        curve = pd.read_csv(workdir / f"results/experiments/{name}-s42/curve.csv")
+        assert {"loss.contrastive", "loss.rtd", "rtd_acc", "replaced_share"} <= set(curve.columns)
+    both = pd.read_csv(workdir / "results/experiments/info-rtd-tiny-s42/curve.csv")
+    assert "loss.mlm" in both.columns

@@ -264,7 +264,7 @@ def _merge_experiment(cfg: dict, name: str) -> dict:
     objective = method.get("objective", UNTRAINED)
     return {"name": name, "plm": exp["plm"], "model": plm["model"], "method": exp["method"],
             "objective": objective, "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
-            "auxiliaries": auxiliaries, "signature": "+".join([objective, *auxiliaries]), "training": training}
+            "auxiliaries": auxiliaries, "signature": "+".join([objective, *sorted(auxiliaries)]), "training": training}
 
 
 def seeds_of(cfg: dict, name: str) -> list[int]:

@@ -20,6 +20,7 @@ from cselab.training.heads import init_linear
 from cselab.training.losses import fp32
 
 IGNORE = -100
+HEAD_FILE = "mlm_head.pt"   # a checkpoint folder's MLM head when its format has none (a stage export)
 
 
 def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: float, tokenizer,
@@ -191,3 +192,41 @@ class LowerLayers(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.embeddings(input_ids=input_ids, token_type_ids=torch.zeros_like(input_ids))
         return run_layers(self.stack, hidden, attention_mask)
+
+
+class MaskedLM(nn.Module):
+    """A backbone and its MLM head (a stage export), or a Hugging Face masked LM:
+    ``forward(input_ids, attention_mask)`` gives vocabulary logits either way."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module | None = None):
+        super().__init__()
+        self.backbone, self.head = backbone, head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.head is None:
+            return self.backbone(input_ids=input_ids, attention_mask=attention_mask).logits
+        return self.head(self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+
+
+def load_masked_lm(path: Path) -> MaskedLM:
+    """A masked LM from a checkpoint folder: a stage export (backbone + :data:`HEAD_FILE`) or any
+    Hugging Face masked LM (BERT, RoBERTa, DistilBERT, ...). A checkpoint without an MLM head
+    (a sentence-tuned model) raises ModelError instead of predicting with a random head."""
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+    from cselab.errors import ModelError
+
+    path = Path(path)
+    try:
+        if (path / HEAD_FILE).is_file():
+            config = AutoConfig.from_pretrained(path)
+            head = MLMHead(config)
+            head.load_state_dict(torch.load(path / HEAD_FILE, map_location="cpu", weights_only=True))
+            return MaskedLM(AutoModel.from_pretrained(path), head)
+        model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load a masked LM from {path}: {e}") from e
+    if any(k for k in info.get("missing_keys", []) if any(p in k for p in ("cls.", "lm_head", "vocab_"))):
+        raise ModelError(f"{path} has no MLM head (a sentence-tuned checkpoint?); name a masked LM as the "
+                         f"generator, or a pretraining stage that trains one")
+    return MaskedLM(model)

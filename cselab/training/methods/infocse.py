@@ -124,6 +124,8 @@ class InfoCSEPretrain(Method):
         state = {k: v for k, v in self.aux.state_dict().items() if k != "head.decoder.weight"}
         state["head.decoder.weight"] = self.aux.head.decoder.weight.detach().clone()  # stored untied
         torch.save(state, out_dir / AUX_FILE)
+        # the backbone + this head are a masked LM of their own (DiffCSE's generator for a PLM without one)
+        torch.save({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")}, out_dir / mlm.HEAD_FILE)
         (out_dir / AUX_CONFIG).write_text(json.dumps({"lower_layers": self.k, "extra_layers": self.options.extra_layers,
                                                       "mask_rate": self.options.mask_rate}))
 

@@ -1,0 +1,122 @@
+"""DiffCSE's conditional replaced-token detection: the generator's edits and their labels (replace,
+insert, delete), the discriminator conditioned on the sentence vector through its embedding
+module, the loss over every position, and where the gradient goes."""
+
+import shutil
+
+import pytest
+import torch
+
+from cselab.errors import ConfigError, ModelError
+from cselab.training.encoder import load_encoder
+from cselab.training.methods import build_objective
+from cselab.training.methods.diffcse import RTD
+
+SENTENCES = ["a man plays a guitar on the street .", "the dog runs fast in the park .",
+             "it rains all day in the city .", "two women are talking about the weather ."]
+
+
+@pytest.fixture(scope="module")
+def generator(tiny_bert, tmp_path_factory):
+    """A tiny masked LM with the tiny BERT's vocabulary (a Hugging Face BertForMaskedLM folder)."""
+    from transformers import AutoConfig, BertForMaskedLM
+
+    out = tmp_path_factory.mktemp("generator")
+    torch.manual_seed(3)
+    BertForMaskedLM(AutoConfig.from_pretrained(tiny_bert)).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_bert / name, out / name)
+    return out
+
+
+def build(tiny_bert, generator, **options):
+    encoder = load_encoder(tiny_bert)
+    spec = {"objective": "simcse", "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+            "auxiliaries": {"rtd": {"weight": 1.0, "options": {"generator": str(generator), **options}}}}
+    objective = build_objective(spec, encoder, {}, tiny_bert)
+    objective.train()
+    return encoder, objective
+
+
+def batch(encoder):
+    return encoder.pad(encoder.tokenize(SENTENCES, 32))
+
+
+def test_replace_labels_are_what_the_generator_changed(tiny_bert, generator):
+    encoder, objective = build(tiny_bert, generator)
+    torch.manual_seed(0)
+    b = objective.prepare(batch(encoder))
+    ids, attn = b["input_ids"].repeat(2, 1), b["attention_mask"].repeat(2, 1)
+    edited, labels = b["rtd_input_ids"], b["rtd_labels"]
+    assert edited.shape == ids.shape and torch.equal(b["rtd_attention_mask"], attn)
+    assert torch.equal(labels.bool(), (edited != ids) & attn.bool())  # restored tokens count as original
+    assert (edited[:, 0] == ids[:, 0]).all() and (labels[:, 0] == 0).all()  # [CLS] never replaced
+    assert (edited[attn == 0] == encoder.tokenizer.pad_token_id).all()
+
+
+def test_insert_and_delete_labels(tiny_bert, generator):
+    encoder, objective = build(tiny_bert, generator, augment="insert", edit_ratio=0.3)
+    torch.manual_seed(0)
+    b = objective.prepare(batch(encoder))
+    lengths = b["attention_mask"].sum(1).repeat(2)
+    new = b["rtd_attention_mask"].sum(1)
+    inserted = b["rtd_labels"].sum(1)
+    assert torch.equal(new, lengths + inserted) and (inserted >= 1).all()
+    assert not (b["rtd_input_ids"] == encoder.tokenizer.mask_token_id).any()  # the generator filled them
+    _, objective = build(tiny_bert, generator, augment="delete", edit_ratio=0.3)
+    b = objective.prepare(batch(encoder))
+    removed = lengths - b["rtd_attention_mask"].sum(1)
+    assert (removed >= 1).all()
+    assert (b["rtd_labels"].sum(1) <= removed).all() and (b["rtd_labels"].sum(1) >= 1).all()
+    ids = b["rtd_input_ids"]
+    assert (ids[:, 0] == encoder.tokenizer.cls_token_id).all()  # [CLS] and [SEP] are never deleted
+    last = b["rtd_attention_mask"].sum(1) - 1
+    assert (ids[torch.arange(len(ids)), last] == encoder.tokenizer.sep_token_id).all()
+
+
+def test_discriminator_is_conditioned_on_the_sentence_vector(tiny_bert, generator):
+    encoder, objective = build(tiny_bert, generator)
+    rtd = objective.components[1]
+    rtd.eval()
+    b = objective.prepare(batch(encoder))
+    h = torch.randn(8, encoder.hidden_size, requires_grad=True)
+    loss = rtd(b, {"projected": h}).losses["rtd"]
+    first = rtd.discriminator(input_ids=b["rtd_input_ids"], attention_mask=b["rtd_attention_mask"])
+    assert rtd._cls_input is None  # the hook is inactive outside the forward
+    loss.backward()
+    assert h.grad is not None and h.grad.abs().sum() > 0  # the sentence vector gets RTD's gradient
+    with torch.no_grad():
+        rtd._cls_input = h
+        conditioned = rtd.discriminator(input_ids=b["rtd_input_ids"], attention_mask=b["rtd_attention_mask"])
+        rtd._cls_input = None
+    assert not torch.allclose(conditioned.last_hidden_state[:, 0], first.last_hidden_state[:, 0])
+    # the loss averages over every position, padding included (the authors' code)
+    logits = rtd.rtd_head(conditioned.last_hidden_state)
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 2), b["rtd_labels"].reshape(-1))
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_generator_is_frozen_and_discriminator_trains(tiny_bert, generator):
+    encoder, objective = build(tiny_bert, generator)
+    rtd = objective.components[1]
+    assert "rtd.generator" in objective.frozen()
+    assert rtd.generator.training  # dropout on, as the authors' code
+    assert not any(k.startswith("components.1.generator") for k in objective.state_dict())
+    assert any(k.startswith("components.1.discriminator") for k in objective.state_dict())
+    total, terms, scalars = objective(objective.prepare(batch(encoder)))
+    assert set(terms) == {"contrastive", "rtd", "total"} and 0 <= scalars["rtd_acc"] <= 1
+    total.backward()
+    assert all(p.grad is None for p in rtd.generator.parameters())
+    assert rtd.discriminator.encoder.layer[0].output.dense.weight.grad is not None
+    assert encoder.backbone.encoder.layer[0].output.dense.weight.grad is not None
+
+
+def test_generator_from_a_stage_and_bad_generators(tiny_bert, generator, tmp_path):
+    assert RTD.requires(RTD.check_options({})) == {"generator": "infocse-pretrain"}
+    assert RTD.requires(RTD.check_options({"generator": "distilbert-base-uncased"})) == {}
+    with pytest.raises(ModelError, match="has no MLM head"):
+        build(tiny_bert, tiny_bert)  # a checkpoint without an MLM head is not a generator
+    with pytest.raises(ConfigError, match=r"'options\.augment': 'swap' is not one of"):
+        RTD.check_options({"augment": "swap"})
+    with pytest.raises(ConfigError, match=r"'options\.mask_ratio': must be in \(0, 1\)"):
+        RTD.check_options({"mask_ratio": 0})
