@@ -26,6 +26,29 @@ rule evaluate_sts:
         "../workflow_scripts/evaluate_sts.py"
 
 
+rule evaluate_stsb_dev_head:
+    input:
+        model=OUT.MODEL,
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        OUT.RESULT["stsb_dev_head"],
+    params:
+        settings=ENCODER,
+        experiment="{exp}",
+    log:
+        "logs/evaluate_stsb_dev_head/{exp}.log",
+    benchmark:
+        "benchmarks/evaluate_stsb_dev_head/{exp}.tsv"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=30,
+    conda:
+        "../envs/evaluate.yaml"
+    script:
+        "../workflow_scripts/evaluate_stsb_dev_head.py"
+
+
 rule evaluate_transfer:
     input:
         model=model_input,

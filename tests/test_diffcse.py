@@ -120,3 +120,23 @@ def test_generator_from_a_stage_and_bad_generators(tiny_bert, generator, tmp_pat
         RTD.check_options({"augment": "swap"})
     with pytest.raises(ConfigError, match=r"'options\.mask_ratio': must be in \(0, 1\)"):
         RTD.check_options({"mask_ratio": 0})
+
+
+def test_rating_groups_and_retrieval_examples(tmp_path):
+    import numpy as np
+
+    from cselab.reporting import diffcse
+
+    assert list(diffcse.rating_group(np.array([0.0, 0.99, 1.0, 3.5, 4.0, 5.0]))) == [0, 0, 1, 3, 4, 4]
+    corpus = ["the cat sits .", "a cat is sitting .", "dogs bark .", "it rains ."]
+    c = np.array([[1.0, 0, 0], [0.9, 0.1, 0], [0, 1.0, 0], [0, 0, 1.0]])
+    q = np.array([[1.0, 0.05, 0], [0, 0.2, 1.0]])
+    df = diffcse.retrieval_examples({"M": (c, q)}, corpus, ["the cat sits .", "is it raining ?"], k=2,
+                                    printed=[{"query": "is it raining ?", "simcse": ["a", "b", "c"]}])
+    first = df[(df["query"] == "the cat sits .") & (df["model"] == "M")]
+    assert list(first["sentence"]) == ["a cat is sitting .", "dogs bark ."]  # the query itself is excluded
+    second = df[(df["query"] == "is it raining ?") & (df["model"] == "M")]
+    assert list(second["sentence"])[0] == "it rains ." and list(second["rank"]) == [1, 2]
+    assert list(df[df["model"] == "paper: simcse"]["sentence"]) == ["a", "b"]
+    diffcse.figure_retrieval_examples(df, tmp_path / "t9.png", tmp_path / "t9.csv")
+    assert (tmp_path / "t9.png").stat().st_size > 1000

@@ -189,3 +189,45 @@ def test_without_pretraining_the_extra_layers_are_the_backbones_upper_layers(tin
     assert extra[1].output.dense.weight is not top[1].output.dense.weight  # a copy, not shared
     _, fresh = stage_two(tiny_bert, None, pretrained=False, extra_init="random")
     assert not torch.equal(fresh.components[1].aux.extra[0].output.dense.weight, top[0].output.dense.weight)
+
+
+def test_load_head_applies_the_saved_training_head_in_eval_mode(tmp_path):
+    import json
+
+    import numpy as np
+
+    from cselab.training.heads import load_head, make_head
+
+    torch.manual_seed(0)
+    head = make_head("batchnorm", 8)
+    head.train()
+    head(torch.randn(32, 8) * 3 + 1)  # running statistics move away from their init
+    torch.save(head.state_dict(), tmp_path / "head.pt")
+    (tmp_path / "cselab.json").write_text(json.dumps({"experiment": {"objective": "simcse",
+                                                                     "options": {"head": "batchnorm"}}}))
+    x = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+    head.eval()
+    expected = head(torch.from_numpy(x)).detach().numpy()
+    assert np.allclose(load_head(tmp_path)(x), expected, atol=1e-6)
+    (tmp_path / "head.pt").unlink()
+    with pytest.raises(Exception, match="has no training head"):
+        load_head(tmp_path)
+
+
+def test_a_pooler_table_needs_trained_experiments():
+    from pathlib import Path
+
+    import yaml
+
+    from cselab.pipeline import config as cc
+    from tests.test_config import deep_update
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "config.yaml").read_text())
+    bad = deep_update(cfg, {"tables": {"infocse_table9": {"experiments": ["untrained-bert-base"]}}})
+    with pytest.raises(ConfigError, match=r"'tables\.infocse_table9\.experiments\[0\]': 'untrained-bert-base' is "
+                                          r"untrained; a pooler table evaluates the training head"):
+        cc.validate(bad)
+    valid = cc.validate(cfg)
+    files = cc.table_inputs(valid, "infocse_table9")["infocse-bert-base-s42"]
+    assert [Path(f).name for f in files] == ["stsb_dev_head.json", "stsb_dev.json"]

@@ -78,7 +78,7 @@ def test_paradigm_rows_match_experiments_by_loss_and_terms():
 
 
 @pytest.mark.parametrize("table", ["infocse_table2", "infocse_table4", "infocse_table5", "infocse_table6",
-                                   "infocse_table7", "infocse_table8", "infocse_table12", "diffcse_table1",
+                                   "infocse_table7", "infocse_table8", "infocse_table9", "infocse_table12", "diffcse_table1",
                                    "diffcse_table4", "diffcse_table5", "diffcse_table6", "diffcse_table7",
                                    "diffcse_table8", "paradigm_table3", "paradigm_table5", "table_transfer",
                                    "table_retrieval", "table_geometry"])

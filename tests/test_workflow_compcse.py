@@ -64,7 +64,8 @@ def setup(workdir: Path, tiny_bert: Path) -> None:
                                                                "+ subsuming": "comp-subsuming-tiny"}},
                     "figure3": {"max_step": 6, "experiments": {"SimCSE (dropout)": "simcse-tiny",
                                                                "w/ composition": "compcse-tiny"}},
-                    "figure4": {"experiments": {"SimCSE": "simcse-tiny", "w/ composition": "compcse-tiny"}},
+                    "figure4": {"experiments": {"SimCSE": "simcse-tiny", "w/ composition": "compcse-tiny",
+                                                "DiffCSE": None}},  # null drops the paper config's label
                     "figure5": {"experiments": {"SimCSE": "simcse-tiny", "w/ composition": "compcse-tiny"}}},
     }
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))

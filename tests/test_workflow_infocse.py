@@ -43,15 +43,21 @@ def run(tmp_path_factory, tiny_bert):
                                                           "max_steps": 5}}},
         "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 100}},
         "experiments": EXPERIMENTS,
+        "figures": {"d_fig2": {"kind": "similarity_by_rating",
+                               "experiments": {"SimCSE": "simcse-tiny", "DiffCSE": "diffcse-tiny"}},
+                    "d_t9": {"kind": "retrieval_examples", "k": 2,
+                             "experiments": {"SimCSE": "simcse-tiny", "DiffCSE": "diffcse-tiny"}}},
         "tables": {"info_t12": {"kind": "sts", "sources": [["infocse", "table12"]],
                                 "experiments": ["simcse-tiny", "diffcse-tiny", "infocse-tiny", "info-rtd-tiny"]},
+                   "info_t9": {"kind": "pooler", "sources": [["infocse", "table9"]],
+                               "experiments": ["simcse-tiny", "diffcse-tiny", "infocse-tiny"]},
                    "info_t7": {"kind": "stsb_dev", "sources": [["infocse", "table7"]],
                                "experiments": ["infocse-tiny", "info-nopre-tiny"]}},
     }
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
-    plan = snakemake(workdir, "-n", "results/info_t12.csv", "results/info_t7.csv").stdout
-    snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "--",
-              "results/info_t12.csv", "results/info_t7.csv")
+    targets = ["results/info_t12.csv", "results/info_t7.csv", "results/info_t9.csv", "results/d_fig2.png", "results/d_t9.png"]
+    plan = snakemake(workdir, "-n", *targets).stdout
+    snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "figure=1", "--", *targets)
     return workdir, plan
 
 
@@ -100,3 +106,29 @@ def test_diffcse_uses_the_stage_as_generator_and_logs_rtd(run):
         assert {"loss.contrastive", "loss.rtd", "rtd_acc", "replaced_share"} <= set(curve.columns)
     both = pd.read_csv(workdir / "results/experiments/info-rtd-tiny-s42/curve.csv")
     assert "loss.mlm" in both.columns
+
+
+def test_diffcse_figure2_and_table9(run):
+    workdir, _ = run
+    fig2 = pd.read_csv(workdir / "results/d_fig2.csv")
+    assert set(fig2["model"]) == {"SimCSE", "DiffCSE"} and fig2["cosine"].between(-1, 1).all()
+    assert set(fig2["group"]) <= {"0-1", "1-2", "2-3", "3-4", "4-5"}
+    assert (fig2.groupby("model").size() == fig2.groupby("model").size().iloc[0]).all()  # every pair, per model
+    t9 = pd.read_csv(workdir / "results/d_t9.csv")
+    ours = t9[~t9["model"].str.startswith("paper: ")]
+    assert set(ours["model"]) == {"SimCSE", "DiffCSE"} and ours.groupby(["query", "model"]).size().eq(2).all()
+    assert ours["query"].nunique() == 3  # the paper's three queries by default
+    paper = t9[t9["model"].str.startswith("paper: ")]
+    assert set(paper["model"]) == {"paper: simcse", "paper: diffcse"}
+    assert "yes, you can do it." in set(paper["sentence"])
+
+
+def test_pooler_table_evaluates_the_head_on_the_cached_encoding(run):
+    workdir, _ = run
+    t9 = pd.read_csv(workdir / "results/info_t9.csv")
+    assert list(t9["experiment"]) == ["simcse-tiny", "diffcse-tiny", "infocse-tiny"]
+    assert t9["cls"].notna().all() and t9["cls_before_pooler"].notna().all()
+    dev = json.loads((workdir / "results/experiments/infocse-tiny-s42/stsb_dev.json").read_text())
+    assert t9.loc[2, "cls_before_pooler"] == pytest.approx(dev["scores"]["STS-B dev"], abs=0.01)
+    head = json.loads((workdir / "results/experiments/infocse-tiny-s42/stsb_dev_head.json").read_text())
+    assert head["cache_hits"] >= 1 and head["cache_misses"] == 0  # the raw [CLS] encoding is reused

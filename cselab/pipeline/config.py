@@ -114,6 +114,9 @@ def validate(config: dict) -> dict:
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown experiment "
                                   f"{exp!r}; defined under 'experiments': {', '.join(sorted(cfg['experiments']))}")
+            if table["kind"] == "pooler" and cfg["experiments"][exp]["method"] == UNTRAINED:
+                raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': {exp!r} is untrained; a pooler "
+                                  f"table evaluates the training head, which only a trained experiment has")
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
         _check_figure(cfg, fname, fig)

@@ -47,6 +47,8 @@ RESULT = {
     "beir": EXPERIMENT_DIR + "/beir/{dataset}.json",
     "stsb_retrieval": EXPERIMENT_DIR + "/stsb_retrieval.json",
     "geometry": EXPERIMENT_DIR + "/geometry.json",
+    # STS-B dev through the training head (SimCSE's "cls" pooler; InfoCSE Table 9)
+    "stsb_dev_head": EXPERIMENT_DIR + "/stsb_dev_head.json",
 }
 EMBEDDING_CACHE = "results/cache/embeddings"
 
@@ -91,6 +93,8 @@ TABLE_KINDS: dict[str, TableKind] = {
     "geometry": TableKind(("geometry",), ("alignment", "uniformity"), digits=3),
     # every configured method on one PLM and budget: STS, STS-B dev and the transfer average
     "methods": TableKind(("sts", "sts_pairs", "stsb_dev", "stsb_dev_pairs", "transfer", "transfer_pairs")),
+    # STS-B dev with ("cls") and without ("cls_before_pooler") the training head: trained experiments only
+    "pooler": TableKind(("stsb_dev_head", "stsb_dev"), ("cls", "cls_before_pooler")),
 }
 
 
@@ -119,6 +123,9 @@ FIGURE_KINDS: dict[str, FigureKind] = {
     "component_sweep": FigureKind("stsb_dev", trained=True),
     "training_ratio": FigureKind("curve", trained=True),
     "heldout_statistics": FigureKind("model", heldout=True),
+    # DiffCSE Figure 2 (cosine by human rating, STS-B test) and Table 9 (retrieval examples)
+    "similarity_by_rating": FigureKind("model"),
+    "retrieval_examples": FigureKind("model"),
 }
 
 # The corpus split for held-out statistics (rule split_corpus): {fraction} held out

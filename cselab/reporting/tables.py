@@ -169,6 +169,9 @@ def build_table(kind: str, rows: list[dict], columns: Sequence[str], sources: Se
     from cselab.pipeline.outputs import TABLE_KINDS
 
     spec = TABLE_KINDS[kind]
+    if kind == "pooler":  # the plain STS-B dev score is the one without the head
+        rows = [{**r, "scores": {"cls": r["scores"]["cls"], "cls_before_pooler": r["scores"]["STS-B dev"]}}
+                for r in rows]
     if kind == "methods":
         rows = [{**r, "scores": {**r["scores"], "STS avg": float(np.mean([r["scores"][c] for c in STS_COLUMNS])),
                                  "transfer avg": float(np.mean([r["scores"][t] for t in TRANSFER_TASKS

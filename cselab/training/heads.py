@@ -46,3 +46,39 @@ def init_linear(module: nn.Module, std: float, bias_std: float = 0.0) -> None:
             nn.init.normal_(m.weight, mean=0.0, std=std)
             if m.bias is not None:
                 nn.init.normal_(m.bias, std=bias_std) if bias_std else nn.init.zeros_(m.bias)
+
+
+def load_head(model_dir):
+    """The training head saved with a checkpoint (``head.pt``, kind from ``cselab.json``), as a
+    numpy -> numpy function in eval mode (a BatchNorm head uses its running statistics): SimCSE's
+    "cls" pooler at evaluation, where ``cls_before_pooler`` is the raw [CLS] every evaluator reads."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    from cselab.errors import ModelError
+    from cselab.training.methods import method_class
+
+    model_dir = Path(model_dir)
+    meta, weights = model_dir / "cselab.json", model_dir / "head.pt"
+    if not meta.is_file() or not weights.is_file():
+        raise ModelError(f"{model_dir} has no training head (head.pt and cselab.json): an untrained PLM, or a "
+                         f"checkpoint from before heads were saved, cannot be evaluated with the 'cls' pooler")
+    spec = json.loads(meta.read_text())["experiment"]
+    options = method_class(spec["objective"]).check_options(spec["options"])
+    kind = getattr(options, "head", None)
+    if kind is None:
+        raise ModelError(f"method {spec['objective']!r} of {model_dir} has no 'head' option")
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    hidden = next(v for k, v in state.items() if k.endswith("weight")).shape[-1]
+    head = make_head(kind, hidden)
+    head.load_state_dict(state)
+    head.eval()
+
+    def apply(embeddings: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return head(torch.from_numpy(np.asarray(embeddings, dtype=np.float32))).numpy()
+
+    return apply

@@ -13,7 +13,8 @@ from cselab.io import write_json
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
 
-JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_transfer", "evaluate_retrieval", "evaluate_geometry")
+JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "evaluate_transfer", "evaluate_retrieval",
+        "evaluate_geometry")
 
 
 def model_dir(model_input: str | Path) -> Path:
@@ -59,6 +60,25 @@ def evaluate_stsb_dev(smk) -> None:
 
     root = senteval_root(smk.input.senteval)
     _evaluate(smk, lambda m: sts.evaluate_stsb_dev(m.encode_fn("stsb-dev"), root))
+
+
+def evaluate_stsb_dev_head(smk) -> None:
+    """STS-B dev through the method's training head (SimCSE's "cls" pooler, InfoCSE Table 9), on
+    the cached raw [CLS] embeddings: nothing is encoded twice."""
+    from cselab.evaluation import sts
+    from cselab.training.heads import load_head
+
+    root = senteval_root(smk.input.senteval)
+    head = load_head(model_dir(smk.input.model))
+
+    def compute(m):
+        raw = m.encode_fn("stsb-dev")
+        result = sts.evaluate_stsb_dev(lambda sentences: head(raw(sentences)), root)
+        result["scores"] = {"cls": result["scores"]["STS-B dev"]}
+        result.pop("pairs", None)
+        return result
+
+    _evaluate(smk, compute)
 
 
 def evaluate_transfer(smk) -> None:

@@ -124,7 +124,46 @@ def _heldout(smk, fig, entries, out):
     paradigm.figure_heldout(stats, **out)
 
 
+def _stsb_test(smk):
+    """STS-B test pairs and their distinct sentences (one cached encoding per model)."""
+    from cselab.data.tasks import load_stsb
+
+    test = load_stsb(senteval_root(smk.input.senteval), "test")
+    return test, list(dict.fromkeys([*test.sent1, *test.sent2]))
+
+
+def _by_rating(smk, fig, entries, out):
+    import numpy as np
+
+    from cselab.reporting import diffcse
+
+    test, sentences = _stsb_test(smk)
+    index = {s: i for i, s in enumerate(sentences)}
+    sims = {}
+    for label, m in _models(smk, entries).items():
+        e = m.encode_fn("stsb-test")(sentences)
+        e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        a, b = e[[index[s] for s in test.sent1]], e[[index[s] for s in test.sent2]]
+        sims[label] = ((a * b).sum(1), test.gold)
+    diffcse.figure_similarity_by_rating(sims, **out)
+
+
+def _retrieval_examples(smk, fig, entries, out):
+    from cselab.reporting import diffcse
+    from cselab.reporting.published import retrieval_examples
+
+    _, corpus = _stsb_test(smk)
+    printed = retrieval_examples("diffcse")
+    queries = fig.get("queries") or [e["query"] for e in printed]
+    embeddings = {label: (m.encode_fn("stsb-test")(corpus), m.encode_fn(f"{fig['name']}-queries")(queries))
+                  for label, m in _models(smk, entries).items()}
+    df = diffcse.retrieval_examples(embeddings, corpus, queries, k=fig.get("k", 3),
+                                    printed=[e for e in printed if e["query"] in queries])
+    diffcse.figure_retrieval_examples(df, **out)
+
+
 DRAW = {"alignment_uniformity": _curve_figure, "dev_curve": _curve_figure, "similarity_heatmap": _heatmap,
         "umap": _umap, "gradient_dissipation": _simulation, "gradient_weight": _simulation,
         "gradient_ratio": _simulation, "component_sweep": _sweep, "training_ratio": _training_ratio,
-        "heldout_statistics": _heldout}
+        "heldout_statistics": _heldout, "similarity_by_rating": _by_rating,
+        "retrieval_examples": _retrieval_examples}

@@ -65,3 +65,9 @@ def lookup_any(sources, model: str, objective: str, options: dict) -> tuple[dict
         if note:
             notes.append(f"{note} [{paper} {table}]")
     return None, "; ".join(notes)
+
+
+def retrieval_examples(paper: str) -> list[dict]:
+    """A paper's printed retrieval examples (DiffCSE Table 9): ``[{query, <method>: [top-k]}]``."""
+    item = resources.files(__name__) / f"{paper}.yaml"
+    return list(yaml.safe_load(item.read_text()).get("retrieval_examples", [])) if item.is_file() else []

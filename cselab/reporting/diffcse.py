@@ -1,0 +1,98 @@
+"""DiffCSE's qualitative outputs: Figure 2 (cosine similarities of STS-B test pairs grouped by
+their human rating) and Table 9 (the top-3 STS-B test sentences retrieved for three queries),
+each model beside the others and the paper's printed lists beside ours."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from cselab.reporting.figures import _save
+
+#: the five rating groups of DiffCSE Figure 2: [0, 1), [1, 2), [2, 3), [3, 4), [4, 5]
+RATING_GROUPS = ("0-1", "1-2", "2-3", "3-4", "4-5")
+
+
+def rating_group(gold: np.ndarray) -> np.ndarray:
+    return np.clip(np.floor(np.asarray(gold, dtype=float)), 0, 4).astype(int)
+
+
+def figure_similarity_by_rating(sims: Mapping[str, tuple[np.ndarray, np.ndarray]], out_png, out_csv,
+                                title: str | None = None) -> pd.DataFrame:
+    """Figure 2: per model (``label -> (cosines, gold ratings)`` of the STS-B test pairs) the
+    distribution of cosine similarity in each rating group, side by side (box plots)."""
+    frames = [pd.DataFrame({"model": label, "group": [RATING_GROUPS[g] for g in rating_group(gold)],
+                            "gold": gold, "cosine": cos}) for label, (cos, gold) in sims.items()]
+    df = pd.concat(frames, ignore_index=True)
+    fig = Figure(figsize=(7.5, 3.8))
+    ax = fig.add_subplot(1, 1, 1)
+    n = len(sims)
+    width = 0.8 / n
+    for k, label in enumerate(sims):
+        rows = df[df["model"] == label]
+        data = [rows.loc[rows["group"] == g, "cosine"].to_numpy() for g in RATING_GROUPS]
+        positions = [i + (k - (n - 1) / 2) * width for i in range(len(RATING_GROUPS))]
+        keep = [i for i, d in enumerate(data) if len(d)]
+        box = ax.boxplot([data[i] for i in keep], positions=[positions[i] for i in keep], widths=width * 0.9,
+                         patch_artist=True, showfliers=False)
+        for patch in box["boxes"]:
+            patch.set_facecolor(f"C{k}")
+            patch.set_alpha(0.6)
+        ax.plot([], [], color=f"C{k}", lw=6, alpha=0.6, label=label)
+    ax.set_xticks(range(len(RATING_GROUPS)), RATING_GROUPS)
+    ax.set_xlabel("human rating (STS-B test)")
+    ax.set_ylabel("cosine similarity")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, df, out_png, out_csv)
+
+
+def retrieval_examples(embeddings: Mapping[str, tuple[np.ndarray, np.ndarray]], corpus: Sequence[str],
+                       queries: Sequence[str], k: int = 3, printed: Sequence[dict] = ()) -> pd.DataFrame:
+    """Table 9: for each query, each model's top-``k`` corpus sentences by cosine (the query
+    itself excluded). ``embeddings``: ``label -> (corpus embeddings, query embeddings)``;
+    ``printed``: the paper's lists (``{query, <method>: [...]}``), added as ``paper: <method>``."""
+    rows = []
+    for label, (c, q) in embeddings.items():
+        c = c / np.maximum(np.linalg.norm(c, axis=1, keepdims=True), 1e-12)
+        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+        sims = q @ c.T
+        for i, query in enumerate(queries):
+            order = [j for j in np.argsort(-sims[i], kind="stable") if corpus[j] != query][:k]
+            rows += [{"query": query, "model": label, "rank": r + 1, "sentence": corpus[j],
+                      "cosine": round(float(sims[i, j]), 4)} for r, j in enumerate(order)]
+    for entry in printed:
+        for method, sentences in entry.items():
+            if method == "query":
+                continue
+            rows += [{"query": entry["query"], "model": f"paper: {method}", "rank": r + 1, "sentence": s,
+                      "cosine": None} for r, s in enumerate(sentences[:k])]
+    return pd.DataFrame(rows)
+
+
+def figure_retrieval_examples(df: pd.DataFrame, out_png, out_csv, title: str | None = None) -> pd.DataFrame:
+    """Table 9 rendered as text: one block per query, one column per model."""
+    queries = list(dict.fromkeys(df["query"]))
+    models = list(dict.fromkeys(df["model"]))
+    fig = Figure(figsize=(3.6 * len(models) + 0.5, 1.3 + 1.4 * len(queries)))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.axis("off")
+    y = 1.0
+    step = 1.0 / (len(queries) * 5 + 1)
+    for query in queries:
+        ax.text(0.0, y, f"query: {query}", fontsize=8, weight="bold", va="top", transform=ax.transAxes)
+        y -= step
+        for m, model in enumerate(models):
+            rows = df[(df["query"] == query) & (df["model"] == model)].sort_values("rank")
+            lines = [model] + [textwrap.shorten(f"{r['rank']}. {r['sentence']}", 60) for _, r in rows.iterrows()]
+            ax.text(m / len(models), y, "\n".join(lines), fontsize=7, va="top", transform=ax.transAxes)
+        y -= 4 * step
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _save(fig, df, out_png, out_csv)
