@@ -36,6 +36,7 @@ rule pretrain:
     output:
         model=directory(OUT.PRETRAINED),
         curve=OUT.PRETRAINED_CURVE,
+        plot=OUT.PRETRAINED_PLOT,
         summary=OUT.PRETRAINED_SUMMARY,
     params:
         spec=lambda wc: pretraining_spec(wc.stage, wc.plm),

@@ -140,3 +140,37 @@ def test_rating_groups_and_retrieval_examples(tmp_path):
     assert list(df[df["model"] == "paper: simcse"]["sentence"]) == ["a", "b"]
     diffcse.figure_retrieval_examples(df, tmp_path / "t9.png", tmp_path / "t9.csv")
     assert (tmp_path / "t9.png").stat().st_size > 1000
+
+
+def test_position_zero_input_of_the_discriminator_is_h(tiny_bert, generator):
+    encoder, objective = build(tiny_bert, generator)
+    rtd = objective.components[1].eval()  # no dropout: the other positions are comparable
+    b = objective.prepare(batch(encoder))
+    seen = {}
+    # registered after the method's own hook: it sees the embedding output as the layers receive it
+    handle = rtd.discriminator.embeddings.register_forward_hook(lambda m, i, o: seen.update(out=o))
+    h = torch.randn(8, encoder.hidden_size)
+    rtd(b, {"projected": h})
+    handle.remove()
+    assert torch.equal(seen["out"][:, 0], h)
+    plain = rtd.discriminator.embeddings(input_ids=b["rtd_input_ids"])
+    assert torch.allclose(seen["out"][:, 1:], plain[:, 1:])  # every other position untouched
+
+
+def test_a_training_step_is_bit_identical_with_the_same_seed(tiny_bert, generator):
+    def step():
+        torch.manual_seed(7)
+        encoder, objective = build(tiny_bert, generator)
+        groups = [{"params": list(encoder.parameters())}, *objective.param_groups(1e-3)]
+        optimizer = torch.optim.AdamW(groups, lr=1e-3)
+        torch.manual_seed(11)
+        with torch.no_grad():
+            b = objective.prepare(batch(encoder))
+        loss, terms, _ = objective(b)
+        loss.backward()
+        optimizer.step()
+        return terms["rtd"].item(), [p.detach().clone() for p in encoder.parameters()]
+
+    (loss_a, params_a), (loss_b, params_b) = step(), step()
+    assert loss_a == loss_b
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))

@@ -70,7 +70,8 @@ def test_stage_one_runs_once_before_the_trainings_that_need_it(run):
     assert stage_dir in jobs["infocse-tiny-s42"] and stage_dir not in jobs["info-nopre-tiny-s42"]
     assert stage_dir in jobs["diffcse-tiny-s42"] and stage_dir in jobs["info-rtd-tiny-s42"]
     stage = workdir / "resources/pretrained/infocse-pretrain/tiny/model"
-    assert {"infocse_aux.pt", "infocse_aux.json", "model.safetensors"} <= {p.name for p in stage.iterdir()}
+    assert {"infocse_aux.pt", "infocse_aux.json", "mlm_head.pt", "model.safetensors"} <= {p.name for p in stage.iterdir()}
+    assert (stage.parent / "curve.png").stat().st_size > 1000  # the stage-1 losses, plotted
     curve = pd.read_csv(workdir / "resources/pretrained/infocse-pretrain/tiny/curve.csv")
     assert {"loss.aux", "loss.mlm", "masked_share"} <= set(curve.columns) and curve["step"].max() == 5
     assert curve["loss.aux"].iloc[-1] < curve["loss.aux"].iloc[0]  # stage 1 learns

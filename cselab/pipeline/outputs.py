@@ -28,6 +28,7 @@ PLM = "resources/plms/{plm}.json"
 PRETRAINED_DIR = "resources/pretrained/{stage}/{plm}"
 PRETRAINED = PRETRAINED_DIR + "/model"
 PRETRAINED_CURVE = PRETRAINED_DIR + "/curve.csv"
+PRETRAINED_PLOT = PRETRAINED_CURVE.removesuffix(".csv") + ".png"
 PRETRAINED_SUMMARY = PRETRAINED_DIR + "/summary.json"
 PRETRAINED_RESUME = PRETRAINED_DIR + "/resume"
 

@@ -194,3 +194,22 @@ def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], 
     fig.suptitle(title or f"UMAP of sentence embeddings ({n} sentences, cosine, n_neighbors={n_neighbors})",
                  fontsize=11)
     return _save(fig, df, out_png, out_csv)
+
+
+def figure_loss_terms(curve: pd.DataFrame, out_png: str | Path, title: str | None = None) -> None:
+    """Every logged loss term (``loss``, ``loss.<term>``) against the step: a pretraining stage's
+    curve, drawn beside the training curves."""
+    columns = [c for c in curve.columns if c == "loss" or c.startswith("loss.")]
+    rows = curve.dropna(subset=columns[:1]) if columns else curve
+    fig = Figure(figsize=(5.5, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    for col in columns:
+        ax.plot(rows["step"], rows[col], label=col)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    with open_atomic(out_png, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import pandas as pd
+
 from cselab.io import write_json
 from cselab.pipeline.jobs import run, senteval_root
 
@@ -47,7 +49,11 @@ def train(smk) -> None:
                        lambda encoder: dev_metrics(partial(encoder.encode, batch_size=batch_size), dev), r)
         write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r),
                                         "model_dir": str(smk.output.model)})
+        from cselab.reporting.figures import figure_loss_terms
+
+        figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec['id']}: loss terms")
         r.log_artifact(smk.output.curve)
+        r.log_artifact(smk.output.plot)
         r.log_artifact(smk.output.summary)
 
 
