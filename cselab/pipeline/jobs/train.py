@@ -49,11 +49,7 @@ def train(smk) -> None:
                        lambda encoder: dev_metrics(partial(encoder.encode, batch_size=batch_size), dev), r)
         write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r),
                                         "model_dir": str(smk.output.model)})
-        from cselab.reporting.figures import figure_loss_terms
-
-        figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec['id']}: loss terms")
         r.log_artifact(smk.output.curve)
-        r.log_artifact(smk.output.plot)
         r.log_artifact(smk.output.summary)
 
 
@@ -70,5 +66,9 @@ def pretrain(smk) -> None:
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec["name"], "spec": spec, "steps": result.steps})
         write_json(smk.output.summary, {"stage": spec["id"], **_summary(result, r)})
+        from cselab.reporting.figures import figure_loss_terms
+
+        figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec['id']}: loss terms")
         r.log_artifact(smk.output.curve)
+        r.log_artifact(smk.output.plot)
         r.log_artifact(smk.output.summary)
