@@ -55,7 +55,8 @@ def run(tmp_path_factory, tiny_bert):
                                "experiments": ["infocse-tiny", "info-nopre-tiny"]}},
     }
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
-    targets = ["results/info_t12.csv", "results/info_t7.csv", "results/info_t9.csv", "results/d_fig2.png", "results/d_t9.png"]
+    targets = ["results/info_t12.csv", "results/info_t7.csv", "results/info_t9.csv", "results/d_fig2.png",
+               "results/d_t9.png"]
     plan = snakemake(workdir, "-n", *targets).stdout
     snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "figure=1", "--", *targets)
     return workdir, plan
@@ -70,7 +71,8 @@ def test_stage_one_runs_once_before_the_trainings_that_need_it(run):
     assert stage_dir in jobs["infocse-tiny-s42"] and stage_dir not in jobs["info-nopre-tiny-s42"]
     assert stage_dir in jobs["diffcse-tiny-s42"] and stage_dir in jobs["info-rtd-tiny-s42"]
     stage = workdir / "resources/pretrained/infocse-pretrain/tiny/model"
-    assert {"infocse_aux.pt", "infocse_aux.json", "mlm_head.pt", "model.safetensors"} <= {p.name for p in stage.iterdir()}
+    exported = {p.name for p in stage.iterdir()}
+    assert {"infocse_aux.pt", "infocse_aux.json", "mlm_head.pt", "model.safetensors"} <= exported
     assert (stage.parent / "curve.png").stat().st_size > 1000  # the stage-1 losses, plotted
     curve = pd.read_csv(workdir / "resources/pretrained/infocse-pretrain/tiny/curve.csv")
     assert {"loss.aux", "loss.mlm", "masked_share"} <= set(curve.columns) and curve["step"].max() == 5

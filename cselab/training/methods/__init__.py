@@ -249,6 +249,17 @@ def dropout_views(encoder: nn.Module, head: nn.Module, batch: dict, shared: dict
     return z[:n], z[n:]
 
 
+def primary_views(shared: dict, key: str, rows: int, who: str, what: str, views: int) -> torch.Tensor:
+    """What an auxiliary reads from the primary (``shared[key]``, one row per view of each
+    sentence), or one clear message when the primary publishes nothing or another number of views."""
+    value = shared.get(key)
+    if value is None or value.size(0) != rows:
+        got = "nothing" if value is None else f"{value.size(0)} rows"
+        raise ConfigError(f"{who} needs the primary method's {what} of {views} views ({rows} rows) in "
+                          f"shared['{key}'], got {got}; set options.views to the primary's number of views")
+    return value
+
+
 def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
                     model_dir: Path | None = None) -> Objective:
     """The objective of an experiment ``spec`` (see :func:`cselab.pipeline.config.experiment_spec`)."""

@@ -29,7 +29,7 @@ from torch import nn
 
 from cselab.training import mlm
 from cselab.training.losses import fp32
-from cselab.training.methods import Method, Output
+from cselab.training.methods import Method, Output, primary_views
 
 AUGMENTS = ("replace", "insert", "delete", "all")
 
@@ -175,14 +175,9 @@ class RTD(Method):
     # -- loss ------------------------------------------------------------------------------
 
     def forward(self, batch, shared):
-        h = shared.get("projected")
         ids = batch["rtd_input_ids"]
-        if h is None or h.size(0) != ids.size(0):
-            from cselab.errors import ConfigError
-
-            got = "nothing" if h is None else f"{h.size(0)} rows"
-            raise ConfigError(f"rtd needs the primary method's projected sentence embeddings of {self.options.views} "
-                              f"views ({ids.size(0)} rows) in shared['projected'], got {got}; set options.views")
+        h = primary_views(shared, "projected", ids.size(0), self.name, "projected sentence embeddings",
+                          self.options.views)
         self._cls_input = h
         try:
             hidden = self.discriminator(input_ids=ids, attention_mask=batch["rtd_attention_mask"]).last_hidden_state

@@ -29,7 +29,7 @@ import json
 import torch
 
 from cselab.training import mlm
-from cselab.training.methods import Method, Output
+from cselab.training.methods import Method, Output, primary_views
 
 ARTIFACT = "aux_network"      # the role under which stage 2 receives stage 1's export
 AUX_FILE, AUX_CONFIG = "infocse_aux.pt", "infocse_aux.json"
@@ -212,14 +212,8 @@ class InfoCSEMLM(Method):
         return {**batch, "aux_input_ids": ids, "aux_labels": labels}
 
     def forward(self, batch, shared):
-        h = shared.get("pooled")
-        if h is None or h.size(0) != batch["aux_input_ids"].size(0):
-            from cselab.errors import ConfigError
-
-            got = "nothing" if h is None else f"{h.size(0)} rows"
-            raise ConfigError(f"infocse_mlm needs the primary method's pooled [CLS] of {self.options.views} views "
-                              f"({batch['aux_input_ids'].size(0)} rows) in shared['pooled'], got {got}; "
-                              f"set options.views to the primary's number of views")
+        h = primary_views(shared, "pooled", batch["aux_input_ids"].size(0), self.name, "pooled [CLS]",
+                          self.options.views)
         mask = batch["attention_mask"].repeat(self.options.views, 1)
         if self.options.detach:
             with torch.no_grad():
