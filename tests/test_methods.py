@@ -9,6 +9,7 @@ import torch
 
 from torch import nn
 
+from cselab.data.tokens import TokenizedCorpus, tokenize_corpus
 from cselab.errors import ConfigError
 from cselab.training.heads import make_head
 from cselab.training.losses import info_nce
@@ -234,7 +235,8 @@ def test_word_partition_tokenises_each_half_on_its_own(tiny_encoder):
     assert split_words("one", 2) == ["one", "one"]
     obj = build("compcse", tiny_encoder, {"partition_unit": "word"})
     ids = tiny_encoder.tokenize(sentences, 32)
-    obj.attach_corpus(sentences, ids)
+    obj.attach_corpus(sentences, TokenizedCorpus.from_lists(ids),
+                      lambda texts: tokenize_corpus(texts, tiny_encoder.tokenizer, 32))
     batch = obj.prepare({**tiny_encoder.pad([ids[1], ids[0]]), "index": torch.tensor([1, 0])})
     tok = tiny_encoder.tokenizer
     expected = [tok("a")["input_ids"], tok("unbelievably, the garage")["input_ids"],

@@ -112,7 +112,11 @@ class ModelEncoder:
         from cselab.training.encoder import load_encoder
 
         self.settings, self.dir = settings, Path(model_dir)
+        import torch
+
         self.encoder = load_encoder(self.dir, pooler=settings["pooler"])
+        if torch.cuda.is_available():  # bf16 forward there (SentenceEncoder.encode)
+            self.encoder.to("cuda")
         key = {k: v for k, v in settings.items() if k in ("pooler", "max_len")}
         use_cache = cache_dir and settings.get("cache", True)
         self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if use_cache else None
@@ -126,10 +130,13 @@ class ModelEncoder:
         """
         import time
 
+        from cselab.training.encoder import DEFAULT_MAX_TOKENS
+
         def encode(sentences):
             tic = time.perf_counter()
             out = self.encoder.encode(sentences, batch_size=self.settings["batch_size"],
-                                      max_len=max_len or self.settings["max_len"])
+                                      max_len=max_len or self.settings["max_len"],
+                                      max_tokens=self.settings.get("max_tokens") or DEFAULT_MAX_TOKENS)
             self.encoded += len(sentences)
             self.encode_seconds += time.perf_counter() - tic
             return out

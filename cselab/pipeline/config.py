@@ -297,8 +297,8 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 
 
 # Training settings that do not change the result: not part of the spec (a Snakemake rerun
-# trigger), so switching checkpoints on for a cluster run retrains nothing.
-OPERATIONAL = ("checkpoint_steps",)
+# trigger), so switching checkpoints or torch.compile on for a cluster run retrains nothing.
+OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of")
 
 
 def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
@@ -364,8 +364,11 @@ def senteval_tasks(cfg: dict) -> list[str]:
 def encoder_settings(cfg: dict) -> dict:
     """The settings that determine an embedding (shared by every evaluator and the cache key)."""
     ev = cfg["evaluation"]
-    return {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512),
-            "batch_size": ev.get("batch_size", 128), "cache": ev.get("cache", True)}
+    settings = {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512),
+                "batch_size": ev.get("batch_size", 128), "cache": ev.get("cache", True)}
+    if ev.get("max_tokens"):  # only when set: results evaluated before the setting existed stay valid
+        settings["max_tokens"] = ev["max_tokens"]
+    return settings
 
 
 def tracking_uri(cfg: dict) -> str:

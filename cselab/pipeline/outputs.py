@@ -52,6 +52,7 @@ RESULT = {
     "stsb_dev_head": EXPERIMENT_DIR + "/stsb_dev_head.json",
 }
 EMBEDDING_CACHE = "results/cache/embeddings"
+TOKEN_CACHE = "results/cache/tokens"  # tokenised training corpora, shared by experiments and seeds
 
 # Reporting
 TABLE_CSV = "results/{table}.csv"

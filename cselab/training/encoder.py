@@ -8,6 +8,7 @@ length-sorted batches, dynamic padding, ``torch.inference_mode``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import torch
 from torch import nn
 
 POOLERS = ("cls", "avg")
+#: padded tokens per evaluation batch unless ``evaluation.max_tokens`` says otherwise
+DEFAULT_MAX_TOKENS = 16384
 
 
 class SentenceEncoder(nn.Module):
@@ -24,6 +27,17 @@ class SentenceEncoder(nn.Module):
         if pooler not in POOLERS:
             raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
+        object.__setattr__(self, "_compiled", None)  # not a submodule: state_dict keys stay the backbone's
+
+    def compile_backbone(self, **kwargs) -> None:
+        """Run the backbone through ``torch.compile`` while training (grad mode). Evaluation,
+        with its many sequence lengths, keeps the eager backbone; weights are shared, and
+        ``state_dict``/``save`` are unchanged. Dynamo's automatic dynamic shapes turn a length
+        that changes into a symbolic one after the first recompile."""
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
+        object.__setattr__(self, "_compiled", torch.compile(self.backbone, **kwargs))
 
     @property
     def hidden_size(self) -> int:
@@ -47,7 +61,8 @@ class SentenceEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **backbone_kwargs):
         """Pooled sentence embeddings ``[B, H]``; with ``output_hidden_states=True`` (or other
         backbone arguments) also the backbone's output: ``(pooled, outputs)``."""
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs)
+        backbone = self._compiled if self._compiled is not None and torch.is_grad_enabled() else self.backbone
+        out = backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs)
         pooled = self.pool(out.last_hidden_state, attention_mask)
         return (pooled, out) if backbone_kwargs else pooled
 
@@ -59,17 +74,28 @@ class SentenceEncoder(nn.Module):
         return pad_batch(ids, self.tokenizer.pad_token_id, self.device)
 
     @torch.inference_mode()
-    def encode(self, sentences: list[str], batch_size: int = 128, max_len: int = 512) -> np.ndarray:
-        """Evaluation embeddings (no MLP head), in input order, as float32 numpy."""
+    def encode(self, sentences: list[str], batch_size: int = 128, max_len: int = 512,
+               max_tokens: int | None = None) -> np.ndarray:
+        """Evaluation embeddings (no MLP head), in input order, as float32 numpy.
+
+        Sentences are encoded shortest first; a batch holds up to ``batch_size`` sentences
+        and, with ``max_tokens``, at most that many padded tokens (batch size chosen by
+        tokens: many short sentences at once, few long ones). On CUDA the forward runs in
+        bf16 (the embeddings come back as float32; similarities are computed in float64).
+        """
         was_training = self.training
         self.eval()
         ids = self.tokenize(sentences, max_len)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out = np.empty((len(ids), self.hidden_size), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            batch = self.pad([ids[i] for i in idx])
-            out[idx] = self(**batch).float().cpu().numpy()
+        device = self.device
+        amp = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+               else contextlib.nullcontext())
+        with amp:
+            for idx in token_batches([len(ids[i]) for i in order], batch_size, max_tokens):
+                rows = [order[i] for i in idx]
+                batch = self.pad([ids[i] for i in rows])
+                out[rows] = self(**batch).float().cpu().numpy()
         self.train(was_training)
         return out
 
@@ -99,6 +125,21 @@ class SentenceEncoder(nn.Module):
         }
         for name, content in files.items():
             (out_dir / name).write_text(json.dumps(content, indent=2))
+
+
+def token_batches(sorted_lengths: list[int], batch_size: int, max_tokens: int | None = None) -> list[range]:
+    """Consecutive batches over lengths sorted ascending: each at most ``batch_size`` rows and,
+    with ``max_tokens``, at most ``max_tokens`` padded tokens (rows x its longest length; a
+    single row longer than that is a batch of its own)."""
+    batches, start, n = [], 0, len(sorted_lengths)
+    while start < n:
+        end = start + 1
+        while end < n and end - start < batch_size and (
+                not max_tokens or (end + 1 - start) * sorted_lengths[end] <= max_tokens):
+            end += 1
+        batches.append(range(start, end))
+        start = end
+    return batches
 
 
 def pad_batch(ids: list[list[int]], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:

@@ -26,8 +26,10 @@ from typing import Callable
 
 import numpy as np
 import torch
+from torch.profiler import record_function
 
 from cselab.data.corpus import read_sentences
+from cselab.data.tokens import to_device, tokenize_corpus
 from cselab.errors import DataError
 from cselab.io import link_or_copy, open_atomic, write_json, write_with
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
@@ -130,7 +132,8 @@ class TrainResult:
 
 def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
           on_log: Callable[[dict], None] | None = None, device: str | None = None,
-          checkpoint_dir: Path | None = None, artifacts: dict[str, Path] | None = None) -> TrainResult:
+          checkpoint_dir: Path | None = None, artifacts: dict[str, Path] | None = None,
+          token_cache: Path | None = None) -> TrainResult:
     """Train one experiment (or pretraining stage). ``spec`` is ``experiment_spec``'s output.
 
     ``dev_score(encoder)`` returns STS-B dev Spearman x100 (the checkpoint-selection metric), or
@@ -142,6 +145,8 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     ``training.stop_at`` ends the run early without shortening the learning-rate schedule.
     ``checkpoint_dir`` holds the resumable state (``training.checkpoint_steps``); it is deleted
     when training completes. ``artifacts`` are the upstream artifacts the methods declared.
+    ``token_cache`` is the folder of tokenised corpora shared by experiments
+    (:func:`cselab.data.tokens.tokenize_corpus`); None tokenises without caching.
     """
     t = spec["training"]
     set_seed(spec["seed"])
@@ -154,12 +159,16 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     objective = build_objective(spec, encoder, artifacts, plm_dir).to(dev)
 
     sentences = read_sentences(corpus_path, min_lines=2)
-    ids = encoder.tokenize(sentences, t["max_len"])
-    objective.attach_corpus(sentences, ids)
-    batch_size = t["batch_size"]
-    per_epoch = len(ids) // batch_size + (1 if len(ids) % batch_size >= 2 else 0)
+
+    def tokenize(texts: list[str]):
+        return tokenize_corpus(texts, encoder.tokenizer, t["max_len"], token_cache)
+
+    corpus = tokenize(sentences)
+    objective.attach_corpus(sentences, corpus, tokenize)
+    n_sentences, batch_size = len(corpus), t["batch_size"]
+    per_epoch = n_sentences // batch_size + (1 if n_sentences % batch_size >= 2 else 0)
     if per_epoch == 0:
-        raise DataError(f"training corpus {corpus_path} has {len(ids)} sentences, fewer than 2 per batch")
+        raise DataError(f"training corpus {corpus_path} has {n_sentences} sentences, fewer than 2 per batch")
     total = per_epoch * t["epochs"]  # the schedule's length
     if t.get("max_steps"):
         total = min(total, t["max_steps"])
@@ -168,7 +177,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
               *objective.param_groups(t["lr"])]
     params = [p for g in groups for p in g["params"]]
-    optimizer = torch.optim.AdamW(groups, lr=t["lr"], weight_decay=t.get("weight_decay", 0.0))
+    # fused AdamW on CUDA (one kernel for all parameters; no host sync), foreach elsewhere
+    optimizer = torch.optim.AdamW(groups, lr=t["lr"], weight_decay=t.get("weight_decay", 0.0),
+                                  fused=True if dev.type == "cuda" else None)
     warmup = t.get("warmup_steps", 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
@@ -221,7 +232,8 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         curve = state["curve"]
         step, seen, train_time = state["step"], state["seen"], state["train_time"]
         best_step, best_dev = state["best_step"], state["best_dev"]
-        epoch0, order, start0 = state["epoch"], state["order"], state["next_start"]
+        epoch0, start0 = state["epoch"], state["next_start"]
+        order = None if state["order"] is None else torch.as_tensor(state["order"], dtype=torch.long)
         window_state = state["window"]
         if best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
             write_with(model_dir, lambda tmp: shutil.copytree(state["best_dir"], tmp, copy_function=link_or_copy))
@@ -229,8 +241,14 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
             shutil.rmtree(model_dir, ignore_errors=True)
     resumed_from = step
 
-    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s)", spec["id"], len(ids), last,
-             total, batch_size, " + ".join(objective.names), dev, precision.name)
+    pad_id = encoder.tokenizer.pad_token_id
+    # with torch.compile, a few padded lengths (multiples of 8) instead of every length up to max_len
+    multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
+    if t.get("compile"):
+        encoder.compile_backbone()
+    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s%s)", spec["id"], n_sentences,
+             last, total, batch_size, " + ".join(objective.names), dev, precision.name,
+             ", compiled" if t.get("compile") else "")
     if not state and dev_score is not None:
         evaluate(0, 0, keep=False)
     objective.train()
@@ -241,22 +259,26 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         if step >= last:
             break
         if order is None:
-            order = torch.randperm(len(ids), generator=generator).tolist()
+            order = torch.randperm(n_sentences, generator=generator)
         for start in range(start0, per_epoch * batch_size, batch_size):
-            index = order[start:start + batch_size]
-            batch = {**encoder.pad([ids[i] for i in index]), "index": torch.tensor(index, device=dev)}
-            with torch.no_grad():
-                batch = objective.prepare(batch)
-            with precision.autocast():
-                loss, terms, scalars = objective(batch)
-            precision.backward(loss)
-            precision.step(optimizer, params, t.get("max_grad_norm"))
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            seen += len(index)
-            window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
-                       len(index))
+            with record_function("cselab.step"):  # named ranges: the profiler's view of a step
+                with record_function("cselab.batch"):
+                    index = order[start:start + batch_size]
+                    batch = {**to_device(corpus.batch(index, pad_id, multiple), dev), "index": index}
+                with record_function("cselab.prepare"), torch.no_grad():
+                    batch = objective.prepare(batch)
+                with record_function("cselab.forward"), precision.autocast():
+                    loss, terms, scalars = objective(batch)
+                with record_function("cselab.backward"):
+                    precision.backward(loss)
+                with record_function("cselab.optimizer"):
+                    precision.step(optimizer, params, t.get("max_grad_norm"))
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                step += 1
+                seen += len(index)
+                window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
+                           len(index))
             if step % log_steps == 0 or step == last:
                 means = window.means()
                 if not math.isfinite(means["loss"]):

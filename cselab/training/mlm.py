@@ -41,13 +41,11 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: flo
     selected = candidates & (uniform() < rate)
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
     draw = uniform()
-    masked = input_ids.clone()
-    masked[selected & (draw < 0.8)] = tokenizer.mask_token_id
+    masked = torch.where(selected & (draw < 0.8), tokenizer.mask_token_id, input_ids)
     random_pos = selected & (draw >= 0.8) & (draw < 0.9)
     vocab = len(tokenizer)
     random_ids = torch.randint(vocab, input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
-    masked[random_pos] = random_ids[random_pos]
-    return masked, labels
+    return torch.where(random_pos, random_ids, masked), labels  # torch.where: no device sync (unlike x[mask] = v)
 
 
 def mlm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

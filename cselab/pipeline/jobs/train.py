@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from cselab.io import write_json
+from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
 
 JOBS = ("train", "pretrain")
@@ -22,7 +23,8 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
 
     artifacts = {role: Path(p) for role, p in smk.params.artifacts.items()}
     return train_loop({**spec, "training": {**spec["training"], **ops}}, Path(smk.input.corpus), dev_score, out_dir,
-                      on_log=on_log, checkpoint_dir=out_dir / "resume", artifacts=artifacts)
+                      on_log=on_log, checkpoint_dir=out_dir / "resume", artifacts=artifacts,
+                      token_cache=Path(outputs.TOKEN_CACHE))
 
 
 def _summary(result, r) -> dict:
@@ -36,6 +38,7 @@ def _summary(result, r) -> dict:
 def train(smk) -> None:
     from cselab.data.tasks import stsb_dev
     from cselab.evaluation.sts import dev_metrics
+    from cselab.training.encoder import DEFAULT_MAX_TOKENS
     from cselab.pipeline.config import operational_settings, validate
 
     spec = smk.params.spec
@@ -46,7 +49,8 @@ def train(smk) -> None:
     batch_size = spec["training"].get("dev_batch_size", 128)
     with run(smk, experiment_id=spec["id"], params={**spec, "operational": ops}) as r:
         result = _loop(smk, spec, ops, out_dir,
-                       lambda encoder: dev_metrics(partial(encoder.encode, batch_size=batch_size), dev), r)
+                       lambda encoder: dev_metrics(partial(encoder.encode, batch_size=batch_size,
+                                                           max_tokens=DEFAULT_MAX_TOKENS), dev), r)
         write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r),
                                         "model_dir": str(smk.output.model)})
         r.log_artifact(smk.output.curve)

@@ -29,11 +29,12 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
+from cselab.data.tokens import TokenizedCorpus
 from cselab.errors import ConfigError
 
 _REGISTRY: dict[str, type["Method"]] = {}
@@ -172,9 +173,12 @@ class Method(nn.Module):
 
     # -- training ---------------------------------------------------------------------------
 
-    def attach_corpus(self, sentences: list[str], token_ids: list[list[int]]) -> None:
-        """Called once before training with the corpus (and its token ids, in the same order);
-        for methods that precompute per-sentence inputs (``batch["index"]`` selects them)."""
+    def attach_corpus(self, sentences: list[str], corpus: TokenizedCorpus,
+                      tokenize: Callable[[list[str]], TokenizedCorpus]) -> None:
+        """Called once before training with the corpus's sentences and their token ids (same
+        order), for methods that precompute per-sentence inputs: ``batch["index"]`` (a CPU
+        tensor) selects them, :meth:`TokenizedCorpus.batch` pads them without a Python loop.
+        ``tokenize(texts)`` tokenises other texts the same way, through the token cache."""
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Add inputs to a batch (``input_ids``, ``attention_mask``, ``index``) before the forward."""
@@ -212,9 +216,10 @@ class Objective(nn.Module):
     def frozen(self) -> dict[str, nn.Module]:
         return {f"{n}.{k}": v for n, m in zip(self.names, self.components) for k, v in m.frozen().items()}
 
-    def attach_corpus(self, sentences: list[str], token_ids: list[list[int]]) -> None:
+    def attach_corpus(self, sentences: list[str], corpus: TokenizedCorpus,
+                      tokenize: Callable[[list[str]], TokenizedCorpus]) -> None:
         for m in self.components:
-            m.attach_corpus(sentences, token_ids)
+            m.attach_corpus(sentences, corpus, tokenize)
 
     def prepare(self, batch: dict) -> dict:
         for m in self.components:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from cselab.errors import ConfigError
-from cselab.training.encoder import pad_batch
+from cselab.data.tokens import TokenizedCorpus, to_device
 from cselab.training.heads import HEADS, init_linear, make_head
 from cselab.training.losses import info_nce
 from cselab.training.methods import Method, Output
@@ -56,12 +56,37 @@ def _cut(items: list, k: int) -> list[list]:
     return [items[cuts[j]:cuts[j + 1]] or items for j in range(k)]
 
 
+def split_rows(corpus: TokenizedCorpus, k: int) -> TokenizedCorpus:
+    """:func:`split_ids` over every row of a :class:`TokenizedCorpus` at once, vectorised:
+    the ``k * N`` parts come part-major (part j of row i is row ``j * N + i``)."""
+    n_rows = len(corpus)
+    starts, lengths = corpus.offsets[:-1], corpus.lengths
+    content = (lengths - 2).clamp(min=0)
+    cuts = torch.arange(k + 1) * content[:, None] // k                       # [N, k+1]
+    lo, hi = 1 + cuts[:, :-1], 1 + cuts[:, 1:]                                # content slice per part
+    empty = hi == lo                                                          # an empty part takes it all
+    lo, hi = torch.where(empty, 1, lo), torch.where(empty, (1 + content)[:, None], hi)
+    lo, hi = lo.T.reshape(-1), hi.T.reshape(-1)                               # part-major
+    row = torch.arange(n_rows).repeat(k)
+    size = hi - lo + 2
+    offsets = torch.zeros(k * n_rows + 1, dtype=torch.long)
+    torch.cumsum(size, 0, out=offsets[1:])
+    q = torch.arange(int(offsets[-1])) - torch.repeat_interleave(offsets[:-1], size)  # position in its part
+    part_row, part_lo, part_size = (torch.repeat_interleave(x, size) for x in (row, lo, size))
+    first, last = starts[part_row], starts[part_row] + lengths[part_row] - 1       # [CLS] and [SEP]
+    source = torch.where(q == 0, first, torch.where(q == part_size - 1, last, first + part_lo + q - 1))
+    return TokenizedCorpus(corpus.ids[source], offsets)
+
+
 def split_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, k: int, pad_id: int) -> dict[str, torch.Tensor]:
     """Partition a padded batch; rows come part-major: part j of sentence i is row ``j * B + i``."""
-    lengths = attention_mask.sum(1).tolist()
-    rows = [split_ids(input_ids[i, :n].tolist(), k) for i, n in enumerate(lengths)]
-    ordered = [rows[i][j] for j in range(k) for i in range(len(rows))]
-    return pad_batch(ordered, pad_id, input_ids.device)
+    lengths = attention_mask.sum(1).cpu()
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    rows = TokenizedCorpus(input_ids.cpu()[attention_mask.cpu().bool()], offsets)
+    parts = split_rows(rows, k)
+    out = parts.batch(torch.arange(len(parts)), pad_id)
+    return {key: value.to(input_ids.device) for key, value in out.items()}
 
 
 class Aggregator(nn.Module):
@@ -140,24 +165,28 @@ class CompCSE(Method):
         self.head = make_head(o.head, hidden, std)
         self.aggregate = Aggregator(o.aggregation, o.partitions, hidden, std)
         self.temperature = ctx.training["temperature"]
-        self.part_ids: list[list[list[int]]] | None = None
+        self.parts: TokenizedCorpus | None = None
 
-    def attach_corpus(self, sentences, token_ids):
+    def attach_corpus(self, sentences, corpus, tokenize):
+        """The parts of every corpus sentence, built once (part-major, as :func:`split_rows`)."""
+        k = self.options.partitions
         if self.options.partition_unit == "word":
-            k, tok = self.options.partitions, self.ctx.tokenizer
-            max_len = self.ctx.training["max_len"]
-            parts = [split_words(s, k) for s in sentences]
-            self.part_ids = [tok([p[j] for p in parts], truncation=True, max_length=max_len)["input_ids"]
-                             for j in range(k)]
+            words = [split_words(s, k) for s in sentences]
+            texts = [p[j] for j in range(k) for p in words]
+            self.parts = tokenize(texts)
+        else:
+            self.parts = split_rows(corpus, k)
 
     def prepare(self, batch):
         k = self.options.partitions
-        if self.part_ids is None:
+        if self.parts is None:  # no corpus attached: split the padded batch itself
             parts = split_batch(batch["input_ids"], batch["attention_mask"], k, self.ctx.tokenizer.pad_token_id)
         else:
-            index = batch["index"].tolist()
-            parts = pad_batch([self.part_ids[j][i] for j in range(k) for i in index],
-                              self.ctx.tokenizer.pad_token_id, batch["input_ids"].device)
+            index = batch["index"].cpu()
+            rows = (index + len(self.parts) // k * torch.arange(k)[:, None]).reshape(-1)
+            parts = to_device(self.parts.batch(rows, self.ctx.tokenizer.pad_token_id,
+                                               self.ctx.training.get("pad_to_multiple_of") or 1),
+                              batch["input_ids"].device)
         return {**batch, "parts_input_ids": parts["input_ids"], "parts_attention_mask": parts["attention_mask"]}
 
     def compose(self, batch, copies: int = 1) -> list[torch.Tensor]:

@@ -110,8 +110,8 @@ class RTD(Method):
         filled[:, 0] = ids[:, 0]
         edited = filled * attn + ids * (1 - attn)  # padding stays padding
         labels = ((edited != ids) & attn.bool()).long()
-        kinds = self._kinds(ids.size(0), ids.device)
-        if (kinds != 0).any():
+        if self.options.augment != "replace":  # the default path stays free of host syncs
+            kinds = self._kinds(ids.size(0), ids.device)
             edited, attn, labels = self._insert_delete(ids, attn, edited, labels, kinds)
         return {**batch, "rtd_input_ids": edited, "rtd_attention_mask": attn, "rtd_labels": labels}
 
