@@ -145,3 +145,24 @@ def test_throughput_benchmark_runs_and_writes_ratios(tmp_path):
     assert all(0 <= v < 1 for v in overhead)
     sts = {r["side"]: r["avg_spearman"] for r in rows if r["kind"] == "sts"}
     assert abs(float(sts["pipeline"]) - float(sts["plain"])) < 0.05  # the same model, the same scores
+
+
+def test_compiled_backbone_trains_like_the_eager_one(tiny_bert, tmp_path):
+    """training.compile: the same losses as eager (dropout off; padding to multiples of 8 is
+    masked), state_dict keys unchanged, evaluation on the eager backbone."""
+    from cselab.training.loop import train
+    from tests.test_train import spec_for
+
+    corpus = make_corpus(tmp_path / "corpus.txt", 24)
+    runs = {}
+    for name, compile_ in (("eager", False), ("compiled", True)):
+        spec = spec_for(tiny_bert, "simcse", max_steps=3, eval_steps=None, log_steps=1, dropout=0.0,
+                        compile=compile_)
+        runs[name] = train(spec, corpus, lambda enc: 0.0, tmp_path / name, device="cpu")
+    eager, compiled = ([r["loss"] for r in runs[k].curve if "loss" in r] for k in ("eager", "compiled"))
+    assert compiled == pytest.approx(eager, abs=1e-4)
+    from safetensors.torch import load_file
+
+    a, b = (load_file(tmp_path / k / "model" / "model.safetensors") for k in ("eager", "compiled"))
+    assert a.keys() == b.keys()
+    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)

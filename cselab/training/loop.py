@@ -245,7 +245,7 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     # with torch.compile, a few padded lengths (multiples of 8) instead of every length up to max_len
     multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
     if t.get("compile"):
-        encoder.compile_backbone()
+        encoder.compile_backbone(mode=None if t["compile"] is True else t["compile"])
     log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s%s)", spec["id"], n_sentences,
              last, total, batch_size, " + ".join(objective.names), dev, precision.name,
              ", compiled" if t.get("compile") else "")
