@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--max-len", type=int, default=32)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sts-rounds", type=int, default=None, help="rounds of the STS comparison (default: --rounds)")
     ap.add_argument("--eval-batch-size", type=int, default=128)
     ap.add_argument("--eval-max-tokens", type=int, default=16384)
     ap.add_argument("--compile", action="store_true", help="the pipeline side with training.compile")
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
 
     def row(kind, method, side, rnd, value, unit, **extra):
-        rows.append({"kind": kind, "method": method, "side": side, "round": rnd, "value": round(value, 3),
+        rows.append({"kind": kind, "method": method, "side": side, "round": rnd, "value": round(value, 5),
                      "unit": unit, "device": where, "model": args.size or args.model, "batch_size": args.batch_size,
                      "max_len": args.max_len, **extra})
         print(rows[-1], flush=True)
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 **{f"ms_{k.removeprefix('cselab.')}": round(v, 1) for k, v in prof["profile"].items()})
     if args.senteval:
         root = args.senteval / "downstream" if (args.senteval / "downstream").is_dir() else args.senteval
-        for rnd in range(args.rounds):
+        for rnd in range(args.sts_rounds or args.rounds):
             score, ours = timed(pipeline_sts, model_dir, root, device, args.eval_batch_size, args.eval_max_tokens)
             row("sts", "-", "pipeline", rnd, ours, "seconds", avg_spearman=round(score, 2))
             score, plain = timed(plain_sts, model_dir, root, device)

@@ -30,6 +30,8 @@ rule evaluate_stsb_dev_head:
     input:
         model=OUT.MODEL,
         senteval=rules.prepare_senteval.output.manifest,
+        # after the raw STS-B dev evaluation: its cached embeddings are what the head reads
+        raw=OUT.RESULT["stsb_dev"],
     output:
         OUT.RESULT["stsb_dev_head"],
     params:
