@@ -48,6 +48,14 @@ def open_atomic(path: str | Path, mode: str = "w") -> Iterator[Any]:
             yield fh
 
 
+def lines_sha256(lines) -> str:
+    """sha256 of lines joined with newlines (UTF-8): the content key of the embedding and token caches."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8") + b"\n")
+    return h.hexdigest()
+
+
 def write_text(path: str | Path, text: str) -> None:
     with open_atomic(path) as fh:
         fh.write(text)

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from cselab.io import atomic_path
+from cselab.io import atomic_path, lines_sha256
 
 log = logging.getLogger(__name__)
 
@@ -89,20 +89,13 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return h.hexdigest()
 
 
-def _texts_digest(texts: Sequence[str]) -> str:
-    h = hashlib.sha256()
-    for t in texts:
-        h.update(t.encode("utf-8") + b"\n")
-    return h.hexdigest()
-
-
 def tokenize_corpus(texts: Sequence[str], tokenizer, max_len: int, cache_dir: Path | None = None) -> TokenizedCorpus:
     """Token ids (special tokens added, truncated to ``max_len``) of ``texts``, as a
     :class:`TokenizedCorpus`; read from ``cache_dir`` when the same texts were tokenised before
     by the same tokenizer at the same ``max_len`` (a corrupt cache file is rebuilt)."""
     path = None
     if cache_dir is not None:
-        key = hashlib.sha256(f"{_texts_digest(texts)}|{tokenizer_fingerprint(tokenizer)}|{max_len}".encode())
+        key = hashlib.sha256(f"{lines_sha256(texts)}|{tokenizer_fingerprint(tokenizer)}|{max_len}".encode())
         path = Path(cache_dir) / f"{key.hexdigest()[:24]}.npz"
         if path.is_file():
             try:

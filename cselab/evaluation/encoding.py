@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from cselab.io import open_atomic, sha256_file, write_json
+from cselab.io import lines_sha256, open_atomic, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,6 @@ def model_fingerprint(model_dir: Path) -> str:
     return h.hexdigest()
 
 
-def sentences_hash(sentences: list[str]) -> str:
-    h = hashlib.sha256()
-    for s in sentences:
-        h.update(s.encode("utf-8") + b"\n")
-    return h.hexdigest()
-
-
 class EmbeddingCache:
     """``cache.get(dataset, sentences, encode)`` returns embeddings, computing them only on a miss."""
 
@@ -55,7 +48,7 @@ class EmbeddingCache:
 
     def get(self, dataset: str, sentences: list[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
         npy, meta = self.dir / f"{dataset}.npy", self.dir / f"{dataset}.json"
-        digest = sentences_hash(sentences)
+        digest = lines_sha256(sentences)
         if npy.is_file() and meta.is_file():
             info = json.loads(meta.read_text())
             if info.get("sentences_sha256") == digest and info.get("n") == len(sentences):
