@@ -1,5 +1,6 @@
 # Shared set-up: make the library importable, validate the config, name experiments.
 # Everything here asks the library (cselab.pipeline): paths from outputs, settings from config.
+import math
 import os
 from pathlib import Path
 import sys
@@ -62,6 +63,12 @@ def artifacts(spec):
         return cselab_config.artifacts(spec)
     except CselabError as e:
         raise WorkflowError(str(e))
+
+
+def training_world(exp=None, stage=None):
+    """(devices per node, nodes) of a training job: operational settings, not in its params."""
+    ops = cfg_call(cselab_config.operational_settings, exp, stage)
+    return ops.get("devices", 1), ops.get("nodes", 1)
 
 
 def training_inputs(spec):

@@ -23,7 +23,9 @@ rule train:
     resources:
         mem_mb=32000,
         runtime=24 * 60,
-        gpu=1,
+        # training.devices GPUs on each of training.nodes nodes (one torchrun process per GPU)
+        gpu=lambda wc: math.prod(training_world(exp=wc.exp)),
+        nodes=lambda wc: training_world(exp=wc.exp)[1],
     conda:
         "../envs/train.yaml"
     script:
@@ -49,7 +51,8 @@ rule pretrain:
     resources:
         mem_mb=64000,
         runtime=48 * 60,
-        gpu=1,
+        gpu=lambda wc: math.prod(training_world(stage=wc.stage)),
+        nodes=lambda wc: training_world(stage=wc.stage)[1],
     conda:
         "../envs/train.yaml"
     script:

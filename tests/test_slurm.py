@@ -8,6 +8,7 @@ coming up) the cluster tests are skipped with the reason, never passed silently.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -61,7 +62,8 @@ def test_site_profile_names_the_executor_and_site_settings():
     assert {"slurm_account", "slurm_partition", "mem_mb", "runtime"} <= set(defaults)
     for gpu_rule in ("train", "pretrain"):  # every rule whose job asks for a GPU
         res = profile["set-resources"][gpu_rule]
-        assert res["gpu"] == 1 and res["cpus_per_gpu"] >= 1 and res["mem_mb"] and res["runtime"]
+        # the GPU count comes from the rule (training.devices x nodes); the profile must not override it
+        assert "gpu" not in res and res["cpus_per_gpu"] >= 1 and res["mem_mb"] and res["runtime"]
         assert res["slurm_partition"] != defaults["slurm_partition"]
     # the localhost variant keeps the same structure
     local = yaml.safe_load((LOCAL / "config.yaml").read_text())
@@ -96,8 +98,28 @@ def test_site_profile_gives_every_rule_a_partition(tmp_path):
             else:
                 assert res["slurm_partition"] == cpu_partition, (rule, res)
     (train_job, *_) = jobs["train"]
-    assert train_job["gpu"] == str(train["gpu"]) and train_job["cpus_per_gpu"] == str(train["cpus_per_gpu"])
+    assert train_job["gpu"] == "1" and train_job["nodes"] == "1"
+    assert train_job["cpus_per_gpu"] == str(train["cpus_per_gpu"])
     assert train_job["mem_mb"] == str(train["mem_mb"]) and train_job["runtime"] == str(train["runtime"])
+
+
+def test_site_profile_asks_for_the_configured_gpus_and_nodes(tmp_path):
+    """training.devices and training.nodes become the train jobs' `gpu` (total) and `nodes`
+    resources (-> sbatch --gpus, --nodes), and change no experiment id."""
+    def plan(*extra):
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+               "--profile", str(SITE), "--dry-run", "--forceall", *extra, "--", "results/table1.csv"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    base = yaml.safe_load((ROOT / "config.yaml").read_text())
+    (tmp_path / "multi.yaml").write_text(yaml.safe_dump({"training": {**base["training"], "devices": 4, "nodes": 2}}))
+    one, multi = plan(), plan("--configfile", str(ROOT / "config.yaml"), str(tmp_path / "multi.yaml"))
+    jobs = _job_resources(multi)["train"]
+    assert jobs and all(j["gpu"] == "8" and j["nodes"] == "2" for j in jobs), jobs
+    wildcards = re.compile(r"wildcards: exp=(\S+)")
+    assert sorted(wildcards.findall(one)) == sorted(wildcards.findall(multi))
 
 
 # --- the real thing: sbatch on a localhost cluster ---
@@ -124,7 +146,8 @@ def slurm_run(cluster, tmp_path_factory):
     make_transfer(workdir / "data" / "senteval")
     make_corpus(workdir / "data" / "corpus.txt", 100)
     make_tiny_bert(workdir / "tiny-bert")
-    write_config(workdir, training={"max_steps": 2, "eval_steps": 2, "log_steps": 1})
+    # one training job of 2 processes (gloo on the node's CPUs): training.devices through the profile
+    write_config(workdir, training={"max_steps": 2, "eval_steps": 2, "log_steps": 1, "devices": 2})
     cfg = yaml.safe_load((workdir / "test.yaml").read_text())
     cfg["experiments"] = {EXP: {"plm": "tiny", "method": "simcse"}}
     cfg["tables"] = {"table1": {"experiments": [EXP]}}
@@ -173,6 +196,15 @@ def test_every_job_was_a_slurm_job(slurm_run, cluster):
             assert log.parent.parent.name == f"rule_{rule}" or log.parent.name == f"rule_{rule}"
             want = "gpu" if rule == "train" else "cpu"
             assert states[slurm_id][1] == want, (rule, slurm_id, states[slurm_id])
+
+
+def test_train_job_ran_two_processes(slurm_run):
+    """training.devices 2: the job's log has rank 0's lines and the 2-process training."""
+    workdir, _ = slurm_run
+    log = (workdir / "logs" / "train" / f"{EXP_ID}.log").read_text()
+    assert "rank 0 cselab.training.loop INFO training" in log and "2 processes" in log, log[-3000:]
+    summary = json.loads((workdir / "results" / "experiments" / EXP_ID / "train_summary.json").read_text())
+    assert summary["steps"] == 2
 
 
 def test_train_job_asked_for_a_gpu(slurm_run, cluster):

@@ -298,7 +298,8 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 
 # Training settings that do not change the result: not part of the spec (a Snakemake rerun
 # trigger), so switching checkpoints or torch.compile on for a cluster run retrains nothing.
-OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of")
+OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "sync_batchnorm",
+               "dist_timeout_s")
 
 
 def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:

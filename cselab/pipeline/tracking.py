@@ -20,6 +20,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 import platform
 import re
 import subprocess
@@ -248,6 +249,29 @@ class Run:
         import mlflow
 
         mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+class RunMetrics:
+    """Log curve rows to one run by id: picklable, so a training process other than the job's
+    own (rank 0 of a multi-process job) reports to the job's run while it trains."""
+
+    def __init__(self, uri: str, run_id: str):
+        self.uri, self.run_id = uri, run_id
+
+    @classmethod
+    def of(cls, run: Run) -> "RunMetrics":
+        import mlflow
+
+        return cls(mlflow.get_tracking_uri(), run.run_id)
+
+    def __call__(self, row: dict) -> None:
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric
+
+        step, now = int(row["step"]), int(time.time() * 1000)
+        metrics = [Metric(metric_name(k), float(v), now, step) for k, v in row.items()
+                   if k not in ("step", "epoch") and v is not None]
+        MlflowClient(self.uri).log_batch(self.run_id, metrics=metrics)
 
 
 @contextlib.contextmanager

@@ -47,8 +47,9 @@ class Checkpoints:
     def __init__(self, root: Path, fingerprint: str):
         self.root, self.fingerprint = Path(root), fingerprint
 
-    def load(self) -> dict | None:
-        """The latest checkpoint's state if its fingerprint matches; otherwise clear ``root``."""
+    def latest(self) -> Path | None:
+        """The latest checkpoint if its fingerprint matches (older ones are removed); otherwise
+        clear ``root`` and return None. One process of a job calls it, then all :meth:`read`."""
         found = sorted(p for p in self.root.glob("step-*") if (p / "meta.json").is_file())
         if not found:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -59,8 +60,12 @@ class Checkpoints:
             shutil.rmtree(self.root, ignore_errors=True)
             return None
         self._remove_all_but(path)
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)  # our own file
-        return {**state, "best_dir": path / "best"}
+        return path
+
+    @staticmethod
+    def read(path: Path) -> dict:
+        state = torch.load(Path(path) / "state.pt", map_location="cpu", weights_only=False)  # our own file
+        return {**state, "best_dir": Path(path) / "best"}
 
     def save(self, state: dict, best: Path | None) -> None:
         final = self.root / f"step-{state['step']:08d}"

@@ -8,7 +8,16 @@ terms are accumulated on the device and read once per logging window. The encode
 on STS-B dev at multiples of ``eval_steps`` (as the references' trainer does; the last step
 too only with ``eval_at_end``) and the best checkpoint is kept. A pretraining stage runs the
 same loop without dev scoring and exports its final state instead.
+
+One training job may run on several processes (``cselab.training.distributed``, started by
+torchrun): every process reads its own slice of the same shuffled global batch, in-batch
+losses gather the embeddings of all of them, DistributedDataParallel averages the gradients,
+and rank 0 alone scores STS-B dev, writes checkpoints and outputs and reports to ``on_log``.
+The global batch (``batch_size``) and therefore the math do not depend on the number of
+processes; ``accumulation_steps`` splits each step's batch into micro-batches run one after
+the other (each with its own in-batch negatives), for a global batch the devices cannot hold.
 """
+
 
 from __future__ import annotations
 
@@ -26,12 +35,14 @@ from typing import Callable
 
 import numpy as np
 import torch
+from torch import nn
 from torch.profiler import record_function
 
 from cselab.data.corpus import read_sentences
 from cselab.data.tokens import to_device, tokenize_corpus
-from cselab.errors import DataError
+from cselab.errors import ConfigError, DataError
 from cselab.io import link_or_copy, open_atomic, write_json, write_with
+from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
 from cselab.training.encoder import SentenceEncoder, load_encoder
 from cselab.training.methods import build_objective
@@ -89,17 +100,27 @@ class Window:
         self.steps = self.sentences = 0
         self.start = time.perf_counter()
 
-    def add(self, values: dict, sentences: int) -> None:
+    def add(self, values: dict, sentences: int, weight: float = 1.0, step_end: bool = True) -> None:
+        """Add one batch's values (``weight``: its share of the step, for micro-batches)."""
         for key, value in values.items():
-            value = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
+            value = (value.detach().float() if isinstance(value, torch.Tensor) else float(value)) * weight
             self.sums[key] = self.sums[key] + value if key in self.sums else value
-        self.steps += 1
+        self.steps += step_end
         self.sentences += sentences
 
+    def _reduced(self) -> dict[str, float]:
+        """The sums averaged over processes (one collective and one device sync)."""
+        keys = list(self.sums)
+        if not keys:
+            return {}
+        device = next((v.device for v in self.sums.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+        values = torch.stack([torch.as_tensor(self.sums[k], dtype=torch.float32, device=device) for k in keys])
+        return dict(zip(keys, D.mean_over_processes(values).tolist()))
+
     def state(self) -> dict:
-        """Plain floats (one sync per checkpoint), so a checkpoint loads on any device."""
-        sums = {k: float(v) for k, v in self.sums.items()}
-        return {"sums": sums, "steps": self.steps, "sentences": self.sentences}
+        """Plain floats averaged over processes, so a checkpoint loads on any device and any
+        number of processes (every process must call it)."""
+        return {"sums": self._reduced(), "steps": self.steps, "sentences": self.sentences}
 
     @classmethod
     def restore(cls, state: dict | None) -> "Window":
@@ -109,14 +130,22 @@ class Window:
         return window
 
     def means(self) -> dict[str, float]:
-        """Read the window's means (one device sync) and its wall time."""
-        keys = list(self.sums)
-        tensors = [self.sums[k] for k in keys if isinstance(self.sums[k], torch.Tensor)]
-        values = iter(torch.stack(tensors).tolist()) if tensors else iter(())
-        out = {k: (next(values) if isinstance(self.sums[k], torch.Tensor) else self.sums[k]) / self.steps
-               for k in keys}
+        """Read the window's means over steps and processes (one device sync) and its wall time."""
+        out = {k: v / self.steps for k, v in self._reduced().items()}
         self.seconds = time.perf_counter() - self.start
         return out
+
+
+class Trainable(nn.Module):
+    """The trained networks as one module (what DistributedDataParallel wraps): the encoder and
+    the objective with its heads; ``forward(batch)`` is the objective's."""
+
+    def __init__(self, encoder: nn.Module, objective: nn.Module):
+        super().__init__()
+        self.encoder, self.objective = encoder, objective
+
+    def forward(self, batch: dict):
+        return self.objective(batch)
 
 
 @dataclass
@@ -149,8 +178,12 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     (:func:`cselab.data.tokens.tokenize_corpus`); None tokenises without caching.
     """
     t = spec["training"]
-    set_seed(spec["seed"])
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    set_seed(spec["seed"])  # the same on every process: the data order is shared
+    main, world = D.is_main(), D.world_size()
+    if device is None:
+        device = (f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() and D.is_distributed()
+                  else "cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
     out_dir = Path(out_dir)
     model_dir = out_dir / "model"
 
@@ -173,6 +206,13 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     if t.get("max_steps"):
         total = min(total, t["max_steps"])
     last = min(total, t.get("stop_at") or total)  # the last step actually trained
+    accumulate = t.get("accumulation_steps") or 1
+    remainder = n_sentences % batch_size
+    smallest = remainder if remainder >= 2 and last >= per_epoch else batch_size  # the epoch's last batch
+    if smallest < 2 * world * accumulate:  # a BatchNorm head or an in-batch loss needs 2 rows
+        raise DataError(f"a batch of {smallest} sentences (training.batch_size {batch_size}, corpus of {n_sentences}) "
+                        f"cannot be split into {world} process(es) x {accumulate} accumulation step(s) of at least "
+                        "2 sentences; lower training.devices or training.accumulation_steps")
 
     groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
               *objective.param_groups(t["lr"])]
@@ -185,6 +225,19 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
     generator = torch.Generator().manual_seed(spec["seed"])
     precision = Precision(t.get("precision", "auto"), dev)
+    trainable: nn.Module = Trainable(encoder, objective)
+    if world > 1:
+        if t.get("sync_batchnorm"):
+            if dev.type != "cuda":
+                raise ConfigError("config key 'training.sync_batchnorm': SyncBatchNorm needs CUDA devices; "
+                                  f"this job runs on {dev.type}")
+            trainable = nn.SyncBatchNorm.convert_sync_batchnorm(trainable)
+        # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
+        # (static_graph), or on every backward where micro-batches skip the gradient sync
+        # (no_sync does not combine with static_graph)
+        trainable = nn.parallel.DistributedDataParallel(
+            trainable, device_ids=[dev] if dev.type == "cuda" else None,
+            **({"find_unused_parameters": True} if accumulate > 1 else {"static_graph": True}))
 
     curve: list[dict] = []
     best_step, best_dev = -1, -math.inf
@@ -193,7 +246,7 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
 
     def record(row: dict) -> None:
         curve.append(row)
-        if on_log:
+        if on_log and main:
             on_log(row)
 
     def save_model(target: Path) -> None:
@@ -208,7 +261,10 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         write_with(target, fill)
 
     def evaluate(step: int, epoch: int, keep: bool) -> None:
+        """Rank 0 scores and keeps the best model; the others go on to the next step's collectives."""
         nonlocal best_step, best_dev
+        if not main:
+            return
         out = dev_score(encoder)
         metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
         score = metrics["stsb_dev_spearman"]
@@ -220,7 +276,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
 
     every = t.get("checkpoint_steps") or 0
     checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
-    state = checkpoints.load() if checkpoints else None
+    # rank 0 picks (and cleans up) the checkpoint; every process reads the same one
+    found = D.broadcast_object(checkpoints.latest() if checkpoints and main else None)
+    state = checkpoints.read(found) if found else None
     if state:
         log.info("resuming %s from step %d", spec["id"], state["step"])
         encoder.load_state_dict(state["encoder"])
@@ -228,14 +286,23 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         precision.scaler.load_state_dict(state["scaler"])
-        set_rng_state(state["rng"], generator)
+        ranks = state.get("rng_ranks")
+        if ranks and len(ranks) == world:
+            set_rng_state(ranks[D.rank()], generator)
+        else:
+            set_rng_state(state["rng"], generator)
+            if world > 1 or ranks and len(ranks) > 1:
+                log.info("resuming a %d-process checkpoint on %d process(es): same data order, new dropout streams",
+                         len(ranks or [0]), world)
         curve = state["curve"]
         step, seen, train_time = state["step"], state["seen"], state["train_time"]
         best_step, best_dev = state["best_step"], state["best_dev"]
         epoch0, start0 = state["epoch"], state["next_start"]
         order = None if state["order"] is None else torch.as_tensor(state["order"], dtype=torch.long)
         window_state = state["window"]
-        if best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
+        if not main:
+            pass
+        elif best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
             write_with(model_dir, lambda tmp: shutil.copytree(state["best_dir"], tmp, copy_function=link_or_copy))
         else:
             shutil.rmtree(model_dir, ignore_errors=True)
@@ -246,9 +313,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
     if t.get("compile"):
         encoder.compile_backbone(mode=None if t["compile"] is True else t["compile"])
-    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s%s)", spec["id"], n_sentences,
+    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s%s%s)", spec["id"], n_sentences,
              last, total, batch_size, " + ".join(objective.names), dev, precision.name,
-             ", compiled" if t.get("compile") else "")
+             ", compiled" if t.get("compile") else "", f", {world} processes" if world > 1 else "")
     if not state and dev_score is not None:
         evaluate(0, 0, keep=False)
     objective.train()
@@ -262,23 +329,29 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
             order = torch.randperm(n_sentences, generator=generator)
         for start in range(start0, per_epoch * batch_size, batch_size):
             with record_function("cselab.step"):  # named ranges: the profiler's view of a step
-                with record_function("cselab.batch"):
-                    index = order[start:start + batch_size]
-                    batch = {**to_device(corpus.batch(index, pad_id, multiple), dev), "index": index}
-                with record_function("cselab.prepare"), torch.no_grad():
-                    batch = objective.prepare(batch)
-                with record_function("cselab.forward"), precision.autocast():
-                    loss, terms, scalars = objective(batch)
-                with record_function("cselab.backward"):
-                    precision.backward(loss)
+                index = order[start:start + batch_size]
+                micro = torch.tensor_split(index, accumulate)
+                for m, micro_index in enumerate(micro):
+                    with record_function("cselab.batch"):
+                        local = D.shard(micro_index)
+                        batch = {**to_device(corpus.batch(local, pad_id, multiple), dev), "index": local}
+                    with record_function("cselab.prepare"), torch.no_grad():
+                        batch = objective.prepare(batch)
+                    # gradients are averaged over processes once, after the last micro-batch
+                    sync = contextlib.nullcontext() if world == 1 or m == len(micro) - 1 else trainable.no_sync()
+                    with sync:
+                        with record_function("cselab.forward"), precision.autocast():
+                            loss, terms, scalars = trainable(batch)
+                        with record_function("cselab.backward"):
+                            precision.backward(loss / accumulate if accumulate > 1 else loss)
+                    window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()},
+                                **scalars}, len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1)
                 with record_function("cselab.optimizer"):
                     precision.step(optimizer, params, t.get("max_grad_norm"))
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
                 step += 1
                 seen += len(index)
-                window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
-                           len(index))
             if step % log_steps == 0 or step == last:
                 means = window.means()
                 if not math.isfinite(means["loss"]):
@@ -295,30 +368,40 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
             if step >= last:
                 break
             if checkpoints and every and step % every == 0:  # after the step's evaluation: RNGs as they are now
-                checkpoints.save({
-                    "encoder": encoder.state_dict(), "objective": objective.state_dict(),
-                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "scaler": precision.scaler.state_dict(),
-                    "rng": rng_state(generator), "epoch": epoch, "order": order, "next_start": start + batch_size,
-                    "step": step, "seen": seen, "train_time": train_time, "best_step": best_step,
-                    "best_dev": best_dev, "curve": curve, "window": window.state(),
-                }, model_dir if best_step >= 0 else None)
+                rngs, window_now = D.all_objects(rng_state(generator)), window.state()  # every process joins
+                if main:  # parameters and optimizer state are identical on every process
+                    checkpoints.save({
+                        "encoder": encoder.state_dict(), "objective": objective.state_dict(),
+                        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                        "scaler": precision.scaler.state_dict(), "rng": rngs[0], "rng_ranks": rngs,
+                        "epoch": epoch, "order": order, "next_start": start + batch_size,
+                        "step": step, "seen": seen, "train_time": train_time, "best_step": best_step,
+                        "best_dev": best_dev, "curve": curve, "window": window_now, "world_size": world,
+                    }, model_dir if best_step >= 0 else None)
         order, start0 = None, 0
-    if dev_score is None or best_step < 0:
-        if dev_score is not None and any("stsb_dev_spearman" in r and r["step"] > 0 for r in curve):
-            raise FloatingPointError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
-        if dev_score is not None:
-            log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", step,
-                        eval_steps)
-        best_step, best_dev = step, math.nan
-        save_model(model_dir)
-    write_json(model_dir / "cselab.json", {"experiment": spec, "best_step": best_step, "stsb_dev_spearman": best_dev})
-    write_curve(curve, out_dir / "curve.csv")
-    if checkpoint_dir:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    if main:  # the other processes are done: rank 0 writes the outputs
+        if dev_score is None or best_step < 0:
+            if dev_score is not None and any("stsb_dev_spearman" in r and r["step"] > 0 for r in curve):
+                raise FloatingPointError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
+            if dev_score is not None:
+                log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", step,
+                            eval_steps)
+            best_step, best_dev = step, math.nan
+            save_model(model_dir)
+        write_json(model_dir / "cselab.json",
+                   {"experiment": spec, "best_step": best_step, "stsb_dev_spearman": best_dev})
+        write_curve(curve, out_dir / "curve.csv")
+        if checkpoint_dir:
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return TrainResult(best_step=best_step, best_dev=best_dev, steps=step, train_seconds=train_time,
                        sentences_per_s=seen / train_time if train_time else float("nan"), curve=curve,
                        resumed_from=resumed_from)
+
+def train_job(kwargs: dict) -> TrainResult:
+    """:func:`train` with its arguments in one picklable dict: the entry of a multi-process job
+    (:func:`cselab.training.distributed.launch`); callables in it must be picklable (a
+    module-level function or a ``functools.partial`` of one)."""
+    return train(**kwargs)
 
 
 def write_curve(curve: list[dict], path: Path) -> None:

@@ -4,6 +4,10 @@ Under bf16/fp16 autocast a matmul runs in half precision even on fp32 inputs; th
 compute the cosine-similarity matrix, softmax and cross-entropy in fp32 (SimCSE's
 ``cosine_similarity`` and ``cross_entropy`` are on autocast's fp32 list), so these functions
 switch autocast off and cast their inputs up.
+
+Every loss over in-batch negatives is decorated with :func:`cselab.training.distributed.in_batch`:
+in a multi-process job it sees the whole global batch (both views gathered from every process),
+so its value and gradient are the single-process ones at the same global batch size.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+from cselab.training.distributed import in_batch
 
 
 def fp32(device: torch.device) -> contextlib.AbstractContextManager:
@@ -26,6 +32,7 @@ def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T
 
 
+@in_batch
 def info_nce(anchor: torch.Tensor, positive: torch.Tensor, temperature: float,
              d0: int | None = None) -> torch.Tensor:
     """InfoNCE over in-batch negatives: ``-log exp(s_ii/tau) / sum_j exp(s_ij/tau)``, averaged.
@@ -60,6 +67,7 @@ def _eye(n: int, device) -> torch.Tensor:
     return torch.eye(n, device=device, dtype=torch.bool)
 
 
+@in_batch
 def arccon(u: torch.Tensor, v: torch.Tensor, temperature: float, margin_deg: float = 10.0) -> torch.Tensor:
     """ArcCon (Zhang et al., 2022): InfoNCE with an additive angular margin on the positive,
     ``cos(theta_ii + margin)`` in place of ``s_ii``. The cosine is clamped to (-1, 1) before
@@ -72,6 +80,7 @@ def arccon(u: torch.Tensor, v: torch.Tensor, temperature: float, margin_deg: flo
         return F.cross_entropy(s / temperature, torch.arange(s.size(0), device=s.device))
 
 
+@in_batch
 def mpt(u: torch.Tensor, v: torch.Tensor, margin: float = 0.23) -> torch.Tensor:
     """Margin-based triplet loss on cosines: ``mean relu(max_{j!=i} s_ij - s_ii + m)``."""
     with fp32(u.device):
@@ -80,6 +89,7 @@ def mpt(u: torch.Tensor, v: torch.Tensor, margin: float = 0.23) -> torch.Tensor:
         return F.relu(neg - s.diagonal() + margin).mean()
 
 
+@in_batch
 def met(u: torch.Tensor, v: torch.Tensor, margin: float = 0.45) -> torch.Tensor:
     """Euclidean triplet loss: ``d = sqrt(max(2 - 2 s, 1e-4))``, ``mean relu(d_ii - min_{j!=i} d_ij + m)``."""
     with fp32(u.device):
@@ -88,6 +98,7 @@ def met(u: torch.Tensor, v: torch.Tensor, margin: float = 0.45) -> torch.Tensor:
         return F.relu(d.diagonal() - neg + margin).mean()
 
 
+@in_batch
 def mat(u: torch.Tensor, v: torch.Tensor, margin: float = 0.15) -> torch.Tensor:
     """Angular triplet loss: ``mean relu(theta_ii - min_{j!=i} theta_ij + m * pi)``."""
     with fp32(u.device):
@@ -96,6 +107,7 @@ def mat(u: torch.Tensor, v: torch.Tensor, margin: float = 0.15) -> torch.Tensor:
         return F.relu(theta.diagonal() - neg + margin * math.pi).mean()
 
 
+@in_batch
 def paradigm_loss(u: torch.Tensor, v: torch.Tensor, m: float = 0.30, tau: float | None = 0.05,
                   ratio: float = 1.0, power: int | None = None, gd: bool = True,
                   positive: str = "both") -> torch.Tensor:
@@ -167,6 +179,7 @@ def _views(u, v, gd: bool, m: float, reference: str) -> tuple[torch.Tensor, torc
     return torch.where(keep_u[:, None], un, un.detach()), torch.where(keep_v[:, None], vn, vn.detach())
 
 
+@in_batch
 def mhe(u, v, lam: float = 10.0, gd: bool = False, w: bool = False, r: bool = False, m: float = 0.30,
         tau: float = 0.05, ratio: float = 1.0, gd_reference: str = "same_view") -> torch.Tensor:
     """Alignment + minimum hyperspherical energy uniformity (same-view logsumexp over the pairs
@@ -192,6 +205,7 @@ def mhe(u, v, lam: float = 10.0, gd: bool = False, w: bool = False, r: bool = Fa
         return loss
 
 
+@in_batch
 def mhs(u, v, lam: float = 1.0, gd: bool = False, w: bool = False, r: bool = False, m: float = 0.30,
         tau: float = 0.05, ratio: float = 1.0, gd_reference: str = "same_view") -> torch.Tensor:
     """Alignment + minimum hyperspherical separation uniformity: ``-min_{j!=i} ||u_i - sg v_j||``
@@ -231,6 +245,7 @@ def _surrogate(u1, u2, gram_of, lam, w, r, tau, ratio, positive_original):
     return (pos + lam * neg).sum()
 
 
+@in_batch
 def vicreg(u, v, lam: float = 30.0, gd: bool = False, w: bool = False, r: bool = False, m: float = 0.30,
            tau: float = 0.05, ratio: float = 1.0, gd_reference: str = "same_view") -> torch.Tensor:
     """VICReg (Bardes et al., 2022) through its gradient-equivalent surrogate: weights from the
@@ -246,6 +261,7 @@ def vicreg(u, v, lam: float = 30.0, gd: bool = False, w: bool = False, r: bool =
                 + _surrogate(vn, un, vn, lam, w, r, tau, ratio, positive))
 
 
+@in_batch
 def barlow_twins(u, v, lam: float = 30.0, gd: bool = False, w: bool = False, r: bool = False, m: float = 0.30,
                  tau: float = 0.05, ratio: float = 1.0, gd_reference: str = "same_view") -> torch.Tensor:
     """Barlow Twins (Zbontar et al., 2021) through its gradient-equivalent surrogate: weights from

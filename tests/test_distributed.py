@@ -1,0 +1,217 @@
+"""One training job on several processes (gloo on CPU, a tiny random BERT, dropout off): the
+same math as one process at the same global batch, resume across world sizes, failures that
+name the rank instead of hanging."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+
+from cselab.training import distributed as D
+from cselab.training.loop import train
+from tests.helpers import make_corpus
+from tests.test_train import spec_for
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = 1e-5
+
+
+def constant_dev(encoder, value: float = 1.0) -> float:
+    return value
+
+
+def failing_dev(encoder):
+    if D.rank() == 0 and os.environ.get("CSELAB_TEST_FAIL_RANK") == "0":
+        raise ValueError("dev scoring exploded on purpose")
+    return 1.0
+
+
+def spec(tiny_bert, objective="simcse", options=None, **training):
+    # lr 1e-4: AdamW turns float noise in a near-zero gradient into a full step (lr) of either
+    # sign; at 1e-4 that noise stays under the 1e-5 tolerance while parameters move by ~3e-4
+    t = {"batch_size": 8, "max_steps": 3, "eval_steps": None, "log_steps": 1, "dropout": 0.0, "lr": 1e-4,
+         **training}
+    return spec_for(tiny_bert, objective, options, **t)
+
+
+def run(spec_, corpus, out: Path, devices: int, timeout_s: float = 120, entry="cselab.training.loop:train_job",
+        **kwargs):
+    kwargs = {"spec": spec_, "corpus_path": corpus, "dev_score": constant_dev, "out_dir": out, **kwargs}
+    return D.launch(entry, kwargs, devices=devices, workdir=out.parent / f".{out.name}-job",
+                    threads=2, timeout_s=timeout_s)
+
+
+def state(out: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    weights = load_file(out / "model" / "model.safetensors")
+    head = out / "model" / "head.pt"
+    if head.is_file():
+        weights.update({f"head.{k}": v for k, v in torch.load(head).items()})
+    return weights
+
+
+def assert_same(a: Path, b: Path) -> None:
+    sa, sb = state(a), state(b)
+    assert sa.keys() == sb.keys()
+    worst = max((sa[k].float() - sb[k].float()).abs().max().item() for k in sa)
+    assert worst < TOL, f"parameters differ by {worst}"
+
+
+def losses(result) -> list[float]:
+    return [row["loss"] for row in result.curve if "loss" in row]
+
+
+@pytest.mark.parametrize("objective,options", [("simcse", {}), ("compcse", {"partitions": 2})])
+def test_two_processes_equal_one_at_the_same_global_batch(tiny_bert, tmp_path, objective, options):
+    """Global batch 8, three steps: the same losses, the same averaged gradient at every step
+    (the check AdamW's scale invariance cannot hide) and the same parameters, within 1e-5."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    s = spec(tiny_bert, objective, options)
+    one = run(s, corpus, tmp_path / "one", devices=1, entry="tests.test_distributed:recording_gradients")
+    two = run(s, corpus, tmp_path / "two", devices=2, entry="tests.test_distributed:recording_gradients")
+    assert len(losses(one)) == len(losses(two)) == 3
+    for a, b in zip(losses(one), losses(two)):
+        assert abs(a - b) < TOL, (losses(one), losses(two))
+    grads = [torch.load(tmp_path / name / "grads.pt") for name in ("one", "two")]
+    assert len(grads[0]) == len(grads[1]) == 3
+    for step, (a, b) in enumerate(zip(*grads)):
+        assert [x is None for x in a] == [y is None for y in b]
+        worst = max((x - y).abs().max().item() for x, y in zip(a, b) if x is not None)
+        # the first step's gradient is pure math (same parameters); later ones also carry the
+        # parameters' float noise through AdamW
+        assert worst < (1e-7 if step == 0 else TOL), f"step {step + 1}: gradients differ by {worst}"
+    assert_same(tmp_path / "one", tmp_path / "two")
+    moved = max((v - state_of_plm(tiny_bert)[k]).abs().max().item() for k, v in state(tmp_path / "two").items()
+                if not k.startswith("head."))
+    assert moved > 10 * TOL  # equal because the same, not because nothing moved (moves ~2e-4)
+
+
+def state_of_plm(tiny_bert) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(Path(tiny_bert) / "model.safetensors")
+
+
+def test_gather_puts_the_local_shard_back(tiny_bert, tmp_path):
+    """Outside a process group the helpers are the identity; the loss marker keeps the value."""
+    x = torch.randn(4, 3, requires_grad=True)
+    assert D.gather(x) is x and D.world_size() == 1 and D.shard(torch.arange(5)).tolist() == [0, 1, 2, 3, 4]
+    loss = (x ** 2).sum()
+    assert D.global_term(loss) is loss
+
+
+def test_accumulation_splits_the_step_into_micro_batches(tiny_bert, tmp_path):
+    """Two micro-batches of 4 on one process = two processes with two micro-batches of 2 each:
+    the micro-batch, not the process, is the unit of in-batch negatives."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    s = spec(tiny_bert, accumulation_steps=2)
+    one = run(s, corpus, tmp_path / "one", devices=1)
+    two = run(s, corpus, tmp_path / "two", devices=2)
+    for a, b in zip(losses(one), losses(two)):
+        assert abs(a - b) < TOL
+    assert_same(tmp_path / "one", tmp_path / "two")
+    plain = run(spec(tiny_bert), corpus, tmp_path / "plain", devices=1)
+    assert abs(losses(plain)[0] - losses(one)[0]) > 1e-4  # fewer negatives per micro-batch: another loss
+
+
+def test_kill_two_processes_and_resume_on_one(tiny_bert, tmp_path):
+    """A 2-process job killed after its step-2 checkpoint resumes on 1 process and ends where an
+    uninterrupted run ends."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 64)
+    s = spec(tiny_bert, max_steps=6, checkpoint_steps=2)
+    run(s, corpus, tmp_path / "ref", devices=1)
+
+    out, ckpt = tmp_path / "killed", tmp_path / "killed" / "resume"
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r});"
+              "import json, pickle; from pathlib import Path; from cselab.training import distributed as D;"
+              f"kw = pickle.loads(Path({str(tmp_path / 'kw.pkl')!r}).read_bytes());"
+              f"D.launch('tests.test_distributed:slow_after_checkpoint', kw, devices=2,"
+              f" workdir=Path({str(tmp_path / 'killed-job')!r}), threads=2)")
+    import pickle
+
+    (tmp_path / "kw.pkl").write_bytes(pickle.dumps({"spec": s, "corpus_path": corpus, "dev_score": constant_dev,
+                                                    "out_dir": out, "checkpoint_dir": ckpt}))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    marker = out / "paused"
+    import time
+
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "the 2-process run never reached its checkpoint"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002"]
+
+    resumed = run(s, corpus, out, devices=1, checkpoint_dir=ckpt)
+    assert resumed.resumed_from == 2 and resumed.steps == 6
+    assert_same(tmp_path / "ref", out)
+    assert not ckpt.exists()
+
+
+def slow_after_checkpoint(kwargs: dict):
+    """The training entry with a stall after step 2's checkpoint (where the test kills it)."""
+    from cselab.training import loop
+
+    original = loop.Checkpoints.save
+
+    def save(self, state, best):
+        original(self, state, best)
+        Path(kwargs["out_dir"]).mkdir(parents=True, exist_ok=True)
+        (Path(kwargs["out_dir"]) / "paused").touch()
+        import time
+
+        time.sleep(600)
+
+    loop.Checkpoints.save = save  # only ever run in a worker process of its own
+    return loop.train_job(kwargs)
+
+
+def test_a_failing_rank_stops_the_job_with_its_rank_named(tiny_bert, tmp_path, monkeypatch):
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    monkeypatch.setenv("CSELAB_TEST_FAIL_RANK", "0")
+    s = spec(tiny_bert, eval_steps=1)
+    with pytest.raises(D.DistributedError, match=r"rank 0 of 2 .*failed: .*dev scoring exploded on purpose"):
+        run(s, corpus, tmp_path / "out", devices=2, dev_score=failing_dev, timeout_s=60)
+
+
+def test_too_small_a_batch_for_the_processes_is_one_message(tiny_bert, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    with pytest.raises(D.DistributedError, match=r"rank \d of 2 .*cannot be split into 2 process"):
+        run(spec(tiny_bert, batch_size=2), corpus, tmp_path / "out", devices=2)
+
+
+def test_partial_dev_score_is_picklable():
+    assert partial(constant_dev, value=3.0)(None) == 3.0
+
+
+def recording_gradients(kwargs: dict):
+    """The training entry, saving the (averaged) gradients every step on rank 0 to
+    ``out_dir/grads.pt``: the check that does not go through Adam's normalisation."""
+    from cselab.training import loop
+
+    original, grads = loop.Precision.step, []
+
+    def step(self, optimizer, params, max_grad_norm):
+        if D.is_main():
+            grads.append([p.grad.detach().clone() if p.grad is not None else None for p in params])
+        original(self, optimizer, params, max_grad_norm)
+
+    loop.Precision.step = step
+    try:
+        result = loop.train_job(kwargs)
+    finally:  # a 1-process launch runs in the test's own process
+        loop.Precision.step = original
+    if D.is_main():
+        torch.save(grads, Path(kwargs["out_dir"]) / "grads.pt")
+    return result
