@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from cselab.training import distributed as D
-from cselab.training.loop import train
 from tests.helpers import make_corpus
 from tests.test_train import spec_for
 
@@ -215,3 +214,48 @@ def recording_gradients(kwargs: dict):
     if D.is_main():
         torch.save(grads, Path(kwargs["out_dir"]) / "grads.pt")
     return result
+
+
+def test_scaling_benchmark_runs_on_cpu_processes(tmp_path):
+    """benchmarks_scripts/scaling.py stays runnable without GPUs (gloo processes on the CPU)."""
+    sys.path.insert(0, str(ROOT / "benchmarks_scripts"))
+    import scaling
+
+    corpus = make_corpus(tmp_path / "corpus.txt", 64)
+    rows = scaling.main(["--corpus", str(corpus), "--size", "tiny", "--devices", "1,2", "--steps", "3",
+                         "--per-device-batch", "8", "--threads", "2", "--out", str(tmp_path / "scaling.csv")])
+    assert [r["processes"] for r in rows] == [1, 2] and [r["global_batch"] for r in rows] == [8, 16]
+    assert all(r["sentences_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    assert rows[0]["allreduce_mb"] == 0 and rows[1]["allreduce_mb"] > 4 * rows[1]["params"] / 1e6 * 0.99
+    assert (tmp_path / "scaling.csv").read_text().startswith("processes,")
+
+
+def test_workflow_trains_one_experiment_on_two_processes(tmp_path):
+    """rule train with training.devices 2 (no SLURM): one MLflow run, logged by rank 0 while it
+    trains, with world_size 2; the outputs of a single-process job."""
+    import json
+
+    import mlflow
+
+    from tests.helpers import make_senteval, make_tiny_bert, make_transfer
+    from tests.test_workflow import snakemake, write_config
+
+    make_senteval(tmp_path / "data" / "senteval", n_extra=12)
+    make_transfer(tmp_path / "data" / "senteval")
+    make_corpus(tmp_path / "data" / "corpus.txt", 120)
+    make_tiny_bert(tmp_path / "tiny-bert")
+    write_config(tmp_path, training={"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2,
+                                     "log_steps": 1, "devices": 2},
+                 experiments={"simcse-tiny": {"plm": "tiny", "method": "simcse"}})
+    summary = tmp_path / "results" / "experiments" / "simcse-tiny-s42" / "train_summary.json"
+    snakemake(tmp_path, "--cores", "2", "--", str(summary.relative_to(tmp_path)))
+    result = json.loads(summary.read_text())
+    assert result["steps"] == 4 and result["best_step"] in (2, 4)
+    assert (summary.parent / "model" / "model.safetensors").is_file() and not (summary.parent / "resume").exists()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    (run,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+              if r.data.tags.get("rule") == "train"]
+    assert run.data.params["world_size"] == "2" and run.data.params["operational.devices"] == "2"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3, 4]
+    log = (tmp_path / "logs" / "train" / "simcse-tiny-s42.log").read_text()
+    assert run.info.status == "FINISHED" and "rank 0" in log

@@ -194,6 +194,11 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
     write_config(workdir, training={"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4,
                                     "eval_steps": 4, "log_steps": 2, "checkpoint_steps": 3})
     assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
+    # So does the number of processes (and nodes) a training job runs on.
+    write_config(workdir, training={"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4,
+                                    "eval_steps": 4, "log_steps": 2, "devices": 2, "nodes": 1,
+                                    "dist_timeout_s": 600})
+    assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
     write_config(workdir)
 
 

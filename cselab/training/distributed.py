@@ -25,6 +25,7 @@ import logging
 import os
 import pickle
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -193,7 +194,8 @@ def launch(entry: str, payload: dict, devices: int = 1, nodes: int = 1, workdir:
     per node of ``nodes`` nodes and return rank 0's return value.
 
     ``devices * nodes == 1`` calls it here, in this process. Otherwise the payload and rank 0's
-    result pass through ``workdir`` (a folder on the shared filesystem) and the processes are
+    result pass through ``workdir`` (a folder of its own on the shared filesystem, removed
+    afterwards) and the processes are
     torchrun workers: on one node started from here, on several through ``srun`` in the
     current SLURM allocation. A failure raises :class:`DistributedError` naming the rank.
     Workers log to stderr (prefixed with their rank) and rank 0 also to ``log_file``; each
@@ -205,17 +207,22 @@ def launch(entry: str, payload: dict, devices: int = 1, nodes: int = 1, workdir:
         raise ValueError("a multi-process launch needs a workdir for the payload and result")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    job = {"entry": entry, "payload": payload, "result": str(workdir / "result.pt"), "timeout_s": timeout_s,
+    # the payload is unpickled in the worker after sys.path is set (its callables may live in a script)
+    job = {"entry": entry, "payload": pickle.dumps(payload), "result": str(workdir / "result.pt"),
+           "timeout_s": timeout_s,
            "log_file": str(log_file) if log_file else None,
            "threads": max(1, (threads or torch.get_num_threads()) // devices), "sys_path": [p for p in sys.path if p]}
     job_file = workdir / "job.pkl"
     job_file.write_bytes(pickle.dumps(job))
     Path(job["result"]).unlink(missing_ok=True)
-    if nodes == 1:
-        _agent(job_file, devices, nnodes=1, endpoint=f"localhost:{_free_port()}")
-    else:
-        _srun_agents(job_file, devices, nodes)
-    return torch.load(job["result"], weights_only=False)
+    try:
+        if nodes == 1:
+            _agent(job_file, devices, nnodes=1, endpoint=f"localhost:{_free_port()}")
+        else:
+            _srun_agents(job_file, devices, nodes)
+        return torch.load(job["result"], weights_only=False)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _resolve(entry: str) -> Callable[[dict], Any]:
@@ -273,7 +280,7 @@ def _worker(job_file: str) -> None:
         torch.set_num_threads(job["threads"])
         setup(job["timeout_s"])
         try:
-            result = _resolve(job["entry"])(job["payload"])
+            result = _resolve(job["entry"])(pickle.loads(job["payload"]))
             if is_main():
                 with open(job["result"] + ".tmp", "wb") as fh:
                     torch.save(result, fh)

@@ -30,7 +30,8 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
     if devices * nodes == 1:
         return train_job(kwargs)
     return distributed.launch("cselab.training.loop:train_job", kwargs, devices=devices, nodes=nodes,
-                              workdir=out_dir / "launch", timeout_s=ops.get("dist_timeout_s", distributed.DEFAULT_TIMEOUT_S),
+                              workdir=out_dir / "launch",
+                              timeout_s=ops.get("dist_timeout_s", distributed.DEFAULT_TIMEOUT_S),
                               log_file=smk.log[0] if smk.log else None, threads=int(smk.threads))
 
 
