@@ -259,3 +259,52 @@ def test_workflow_trains_one_experiment_on_two_processes(tmp_path):
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2, 3, 4]
     log = (tmp_path / "logs" / "train" / "simcse-tiny-s42.log").read_text()
     assert run.info.status == "FINISHED" and "rank 0" in log
+
+
+def test_multi_node_agent_entry_and_refusal(tiny_bert, tmp_path, monkeypatch):
+    """The per-node agent that srun starts (``python -m cselab.training.distributed agent``)
+    trains when its rendezvous is reachable (here: one node, the endpoint on localhost); outside
+    an allocation of enough nodes a multi-node job is refused in one message; the srun line
+    starts one agent per node inside the job's step."""
+    import pickle
+
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    kwargs = {"spec": spec(tiny_bert), "corpus_path": corpus, "dev_score": constant_dev, "out_dir": tmp_path / "out"}
+    job = {"entry": "cselab.training.loop:train_job", "payload": pickle.dumps(kwargs),
+           "result": str(tmp_path / "result.pt"), "timeout_s": 60, "log_file": None, "threads": 1,
+           "sys_path": sys.path}
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps(job))
+    monkeypatch.setattr(D, "head_node", lambda: "localhost")
+    monkeypatch.setenv("CSELAB_RDZV_PORT", str(D._free_port()))
+    assert D.main(["agent", str(tmp_path / "job.pkl"), "2", "1"]) == 0
+    assert torch.load(tmp_path / "result.pt", weights_only=False).steps == 3
+
+    for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(D.DistributedError, match=r"training.nodes is 2 but this job runs in no SLURM allocation"):
+        D.launch("cselab.training.loop:train_job", kwargs, devices=2, nodes=2, workdir=tmp_path / "multi")
+    cmd = D.srun_command(tmp_path / "job.pkl", devices=4, nodes=2, python="python")
+    assert cmd[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert cmd[6:] == ["python", "-m", "cselab.training.distributed", "agent", str(tmp_path / "job.pkl"), "4", "2"]
+
+
+def killed_rank_one(kwargs: dict):
+    """The training entry, with rank 1 killed by SIGKILL at its first step (as the OOM killer does)."""
+    from cselab.training import loop
+
+    if D.rank() == 1:
+        original = loop.Precision.step
+
+        def step(self, *args):
+            os.kill(os.getpid(), signal.SIGKILL)
+            original(self, *args)
+
+        loop.Precision.step = step
+    return loop.train_job(kwargs)
+
+
+def test_a_killed_rank_is_named_not_waited_for(tiny_bert, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    with pytest.raises(D.DistributedError, match=r"rank 1 of 2 .*killed by SIGKILL"):
+        run(spec(tiny_bert), corpus, tmp_path / "out", devices=2, entry="tests.test_distributed:killed_rank_one",
+            timeout_s=60)

@@ -252,10 +252,20 @@ def _agent(job_file: Path, devices: int, nnodes: int, endpoint: str, run_id: str
     try:  # workers are fresh interpreters, as torchrun starts them (nothing re-imports the caller's __main__)
         elastic_launch(config, sys.executable)("-m", "cselab.training.distributed", "worker", str(job_file))
     except ChildFailedError as e:
-        failed_rank, failure = e.get_first_failure()
+        failed_rank, failure = _root_cause(e)
         raise DistributedError(f"training process rank {failed_rank} of {devices * nnodes} "
                                f"(host {socket.gethostname()}, pid {failure.pid}) failed: {_failure_text(failure)}; "
                                "the other processes were stopped") from None
+
+
+def _root_cause(error) -> tuple[int, Any]:
+    """The failure that took the job down: a process killed by a signal other than the agent's
+    SIGTERM (its peers then fail on a broken connection, earlier by the clock), else the first."""
+    import signal
+
+    killed = [(r, f) for r, f in sorted(error.failures.items())
+              if f.exitcode is not None and f.exitcode < 0 and -f.exitcode != signal.SIGTERM]
+    return killed[0] if killed else error.get_first_failure()
 
 
 def _failure_text(failure) -> str:
@@ -263,7 +273,12 @@ def _failure_text(failure) -> str:
     if isinstance(message, dict):
         message = message.get("message", message)
     text = str(message).strip() if message else ""
-    if not text or text.startswith("To enable traceback"):
+    if not text or text.startswith("To enable traceback") or text.startswith("Signal "):
+        if failure.exitcode is not None and failure.exitcode < 0:
+            import signal
+
+            return (f"killed by {signal.Signals(-failure.exitcode).name} (out of memory? see the job's log and "
+                    "the node's kernel log)")
         return f"exit code {failure.exitcode} (see the job's log for its output)"
     return text.splitlines()[-1] if "Traceback" in text else text
 
