@@ -18,7 +18,6 @@ processes; ``accumulation_steps`` splits each step's batch into micro-batches ru
 the other (each with its own in-batch negatives), for a global batch the devices cannot hold.
 """
 
-
 from __future__ import annotations
 
 import contextlib
@@ -300,11 +299,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         epoch0, start0 = state["epoch"], state["next_start"]
         order = None if state["order"] is None else torch.as_tensor(state["order"], dtype=torch.long)
         window_state = state["window"]
-        if not main:
-            pass
-        elif best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
+        if main and best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
             write_with(model_dir, lambda tmp: shutil.copytree(state["best_dir"], tmp, copy_function=link_or_copy))
-        else:
+        elif main:
             shutil.rmtree(model_dir, ignore_errors=True)
     resumed_from = step
 
