@@ -20,10 +20,10 @@ import fcntl
 import json
 import logging
 import os
-import time
 import platform
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator

@@ -1,5 +1,5 @@
 """One training job on several processes: PyTorch's own machinery (``torch.distributed``,
-DistributedDataParallel, the ``torchrun`` launcher), nothing of our own on top but four helpers.
+DistributedDataParallel, the ``torchrun`` launcher), with a few helpers of our own on top.
 
 - :func:`launch` runs a job's entry function on ``devices`` processes per node. One node: the
   processes are started here through torchrun's launcher API (the same elastic agent as the
@@ -21,6 +21,7 @@ runs the same code.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import pickle
@@ -142,8 +143,6 @@ def global_term(loss: torch.Tensor) -> torch.Tensor:
 def in_batch(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """Decorator for a loss of two views ``fn(u, v, ...)`` over in-batch negatives: both views
     are gathered from every process and the result is a :func:`global_term`."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(u: torch.Tensor, v: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if not is_distributed():
@@ -178,11 +177,6 @@ def broadcast_object(obj: Any) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
-
-
-def barrier() -> None:
-    if is_distributed():
-        dist.barrier()
 
 
 # -- starting the processes ------------------------------------------------------------------
