@@ -44,7 +44,7 @@ TEMPERATURE, LR, MAX_GRAD_NORM = 0.05, 3e-5, 1.0
 def plain_train(model_dir: Path, sentences: list[str], method: str, batch_size: int, max_len: int, steps: int,
                 device: str, seed: int = 42) -> dict:
     """A plain fp32 (bf16 autocast on CUDA) SimCSE / CompCSE loop; returns sentences/s over
-    the steps after the first two."""
+    the steps after the first two and the real (unpadded) tokens its encoder passes read."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoModel, AutoTokenizer
@@ -71,13 +71,15 @@ def plain_train(model_dir: Path, sentences: list[str], method: str, batch_size: 
     for step in range(steps):
         tic = time.perf_counter()
         batch = [sentences[i] for i in order[step * batch_size:(step + 1) * batch_size]]
-        enc = tok(batch, padding=True, truncation=True, max_length=max_len, return_tensors="pt").to(device)
+        enc = tok(batch, padding=True, truncation=True, max_length=max_len, return_tensors="pt")
+        real = int(enc["attention_mask"].sum())  # on the host: no sync
+        enc = enc.to(device)
         with amp:
             if method == "simcse":
                 ids, mask = enc["input_ids"].repeat(2, 1), enc["attention_mask"].repeat(2, 1)
                 z = head(cls(ids, mask))
                 loss = info_nce(z[:batch_size], z[batch_size:])
-                tokens += ids.numel()
+                tokens += 2 * real
             else:  # CompCSE: anchor + the average of the two halves' [CLS], head after aggregation
                 from cselab.training.methods.compcse import split_ids
 
@@ -85,11 +87,12 @@ def plain_train(model_dir: Path, sentences: list[str], method: str, batch_size: 
                 for row, n in zip(enc["input_ids"].tolist(), enc["attention_mask"].sum(1).tolist()):
                     for j, part in enumerate(split_ids(row[:n], 2)):
                         halves[j].append(part)
-                parts = tok.pad({"input_ids": halves[0] + halves[1]}, return_tensors="pt").to(device)
+                parts = tok.pad({"input_ids": halves[0] + halves[1]}, return_tensors="pt")
+                tokens += real + int(parts["attention_mask"].sum())
+                parts = parts.to(device)
                 full = head(cls(enc["input_ids"], enc["attention_mask"]))
                 pooled = cls(parts["input_ids"], parts["attention_mask"]).view(2, len(batch), -1).mean(0)
                 loss = info_nce(full, head(pooled))
-                tokens += enc["input_ids"].numel() + parts["input_ids"].numel()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         opt.step()

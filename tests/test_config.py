@@ -90,6 +90,7 @@ def test_seeds_expand_ids(smoke):
     ({"tables": {"cmp": {"kind": "methods", "plm": "gpt"}}}, r"'tables\.cmp\.plm': unknown PLM 'gpt'"),
     ({"tables": {"cmp": {"kind": "sts"}}}, r"'tables\.cmp' is missing a required entry: 'experiments'"),
     ({"training": {"precision": "fp8"}}, r"'training\.precision': 'fp8' is not one of"),
+    ({"training": {"unpadded": "yes"}}, r"config key 'training\.unpadded': 'yes' is not of type 'boolean'"),
     ({"experiments": {"compcse-minilm": {"options": {"aggregation": "mean"}}}},
      r"'experiments\.compcse-minilm\.options\.aggregation': 'mean' is not one of"),
     ({"experiments": {"x": {"plm": "gpt", "method": "simcse"}}}, r"'experiments\.x\.plm': unknown PLM 'gpt'"),
@@ -197,3 +198,11 @@ def test_paradigm_figures_and_holdout(smoke):
     fig = {"kind": "component_sweep", "parameter": "m"}
     with pytest.raises(ConfigError, match="'figures.sweep.experiments': a component_sweep figure draws experiments"):
         cc.validate(deep_update(smoke, {"figures": {"sweep": fig}}))
+
+
+def test_unpadded_forward_is_part_of_the_experiment(smoke):
+    """training.unpadded draws dropout masks over real tokens (another random stream): switching
+    it retrains, unlike the operational settings."""
+    cfg = cc.validate(smoke)
+    assert cc.experiment_spec(cfg, "simcse-minilm-s42")["training"]["unpadded"] is True
+    assert "unpadded" not in cc.OPERATIONAL

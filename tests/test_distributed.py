@@ -35,8 +35,12 @@ def failing_dev(encoder):
 def spec(tiny_bert, objective="simcse", options=None, **training):
     # lr 1e-4: AdamW turns float noise in a near-zero gradient into a full step (lr) of either
     # sign; at 1e-4 that noise stays under the 1e-5 tolerance while parameters move by ~3e-4
+    # padded forward: every row is computed the same whatever the batch holds, so 1 and 2
+    # processes agree to float rounding; the random tiny BERT's InfoNCE gradient is mostly
+    # cancellation (all sentences embed alike), which turns the unpadded forward's
+    # batch-dependent rounding into 1e-3 relative differences (its own test, below)
     t = {"batch_size": 8, "max_steps": 3, "eval_steps": None, "log_steps": 1, "dropout": 0.0, "lr": 1e-4,
-         **training}
+         "unpadded": False, **training}
     return spec_for(tiny_bert, objective, options, **t)
 
 
@@ -91,6 +95,21 @@ def test_two_processes_equal_one_at_the_same_global_batch(tiny_bert, tmp_path, o
     moved = max((v - state_of_plm(tiny_bert)[k]).abs().max().item() for k, v in state(tmp_path / "two").items()
                 if not k.startswith("head."))
     assert moved > 10 * TOL  # equal because the same, not because nothing moved (moves ~2e-4)
+
+
+def test_two_processes_equal_one_with_the_unpadded_forward(tiny_bert, tmp_path):
+    """The unpadded forward on 2 processes: the same losses and the same first gradient up to
+    the rounding its per-process packing brings (1e-2 of the largest gradient, see ``spec``);
+    a wrong scale or missing negatives would be off by order one."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    s = spec(tiny_bert, "simcse", unpadded=True, max_steps=1)
+    one = run(s, corpus, tmp_path / "one", devices=1, entry="tests.test_distributed:recording_gradients")
+    two = run(s, corpus, tmp_path / "two", devices=2, entry="tests.test_distributed:recording_gradients")
+    assert losses(one) == pytest.approx(losses(two), abs=TOL)
+    a, b = (torch.load(tmp_path / name / "grads.pt")[0] for name in ("one", "two"))
+    scale = max(x.abs().max().item() for x in a if x is not None)
+    worst = max((x - y).abs().max().item() for x, y in zip(a, b) if x is not None)
+    assert worst < 1e-2 * scale, f"gradients differ by {worst} (largest {scale})"
 
 
 def state_of_plm(tiny_bert) -> dict[str, torch.Tensor]:

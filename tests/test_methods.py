@@ -219,7 +219,8 @@ def test_compcse_head_runs_after_aggregation_as_in_the_authors_code(tiny_encoder
     batch = obj.prepare(toks(tiny_encoder, ["a man is lifting weights in a garage .", "we store it outside ."]))
     parts = 3 * torch.randn(4, 32)  # the encoder's [CLS] of part 1 (2 sentences), then part 2
     for m in (obj, old):
-        m.ctx = Context(encoder=lambda ids, mask: parts[: ids.shape[0]], options=m.options, training=TRAINING)
+        encoder = lambda ids, mask, lengths=None: parts[: ids.shape[0]]  # noqa: E731
+        m.ctx = Context(encoder=encoder, options=m.options, training=TRAINING)
     with torch.no_grad():
         (got,) = obj.compose(batch)
         (per_part,) = old.compose(batch)

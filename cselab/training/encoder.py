@@ -3,7 +3,9 @@
 The sentence embedding is the final-layer [CLS] vector (SimCSE's "cls_before_pooler") or the
 mean of the final layer over real tokens (``avg``). Training heads belong to the methods
 (:mod:`cselab.training.heads`). ``encode`` is the one inference path of every evaluator:
-length-sorted batches, dynamic padding, ``torch.inference_mode``.
+length-sorted batches, dynamic padding, ``torch.inference_mode``. The pooled forward runs over
+real tokens only (:mod:`cselab.training.unpadded`) for BERT-style backbones unless
+``unpadded`` is switched off; a forward that asks for the backbone's outputs is Hugging Face's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+
+from cselab.training import unpadded
 
 POOLERS = ("cls", "avg")
 #: padded tokens per evaluation batch unless ``evaluation.max_tokens`` says otherwise
@@ -28,6 +32,15 @@ class SentenceEncoder(nn.Module):
             raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
         object.__setattr__(self, "_compiled", None)  # not a submodule: state_dict keys stay the backbone's
+        #: pooled forward over real tokens only (None: the backbone does not support it, see ``use_unpadded``)
+        self.unpadded = unpadded.unsupported(backbone) is None
+
+    def use_unpadded(self, on: bool) -> str | None:
+        """Switch the unpadded pooled forward on or off; returns why it stays off (an
+        unsupported backbone) when asked for, else None."""
+        reason = unpadded.unsupported(self.backbone) if on else None
+        self.unpadded = on and reason is None
+        return reason
 
     def compile_backbone(self, **kwargs) -> None:
         """Run the backbone through ``torch.compile`` while training (grad mode). Evaluation,
@@ -58,10 +71,16 @@ class SentenceEncoder(nn.Module):
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **backbone_kwargs):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None,
+                **backbone_kwargs):
         """Pooled sentence embeddings ``[B, H]``; with ``output_hidden_states=True`` (or other
-        backbone arguments) also the backbone's output: ``(pooled, outputs)``."""
-        backbone = self._compiled if self._compiled is not None and torch.is_grad_enabled() else self.backbone
+        backbone arguments) also the backbone's output: ``(pooled, outputs)``. ``lengths``: the
+        rows' real lengths as a CPU tensor when the caller has them (the unpadded forward then
+        needs no device-to-host sync on CUDA)."""
+        compiled = self._compiled is not None and torch.is_grad_enabled()
+        if self.unpadded and not backbone_kwargs and not compiled:
+            return unpadded.pooled(self.backbone, input_ids, attention_mask, self.pooler, lengths)
+        backbone = self._compiled if compiled else self.backbone
         out = backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs)
         pooled = self.pool(out.last_hidden_state, attention_mask)
         return (pooled, out) if backbone_kwargs else pooled
@@ -95,7 +114,8 @@ class SentenceEncoder(nn.Module):
             for idx in token_batches([len(ids[i]) for i in order], batch_size, max_tokens):
                 rows = [order[i] for i in idx]
                 batch = self.pad([ids[i] for i in rows])
-                out[rows] = self(**batch).float().cpu().numpy()
+                lengths = torch.tensor([len(ids[i]) for i in rows])
+                out[rows] = self(**batch, lengths=lengths).float().cpu().numpy()
         self.train(was_training)
         return out
 

@@ -188,6 +188,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
 
     plm_dir = resolve_model(spec["model"])
     encoder = load_encoder(plm_dir, pooler=t["pooler"], dropout=t.get("dropout")).to(dev)
+    padded_because = encoder.use_unpadded(t.get("unpadded", True))
+    if padded_because:
+        log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
     objective = build_objective(spec, encoder, artifacts, plm_dir).to(dev)
 
     sentences = read_sentences(corpus_path, min_lines=2)
@@ -310,8 +313,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
     if t.get("compile"):
         encoder.compile_backbone(mode=None if t["compile"] is True else t["compile"])
-    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s%s%s)", spec["id"], n_sentences,
-             last, total, batch_size, " + ".join(objective.names), dev, precision.name,
+    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", spec["id"],
+             n_sentences, last, total, batch_size, " + ".join(objective.names), dev, precision.name,
+             "unpadded" if encoder.unpadded and not t.get("compile") else "padded",
              ", compiled" if t.get("compile") else "", f", {world} processes" if world > 1 else "")
     if not state and dev_score is not None:
         evaluate(0, 0, keep=False)
@@ -331,7 +335,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
                 for m, micro_index in enumerate(micro):
                     with record_function("cselab.batch"):
                         local = D.shard(micro_index)
-                        batch = {**to_device(corpus.batch(local, pad_id, multiple), dev), "index": local}
+                        # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
+                        batch = {**to_device(corpus.batch(local, pad_id, multiple), dev), "index": local,
+                                 "lengths": corpus.lengths[local]}
                     with record_function("cselab.prepare"), torch.no_grad():
                         batch = objective.prepare(batch)
                     # gradients are averaged over processes once, after the last micro-batch

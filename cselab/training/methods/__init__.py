@@ -181,7 +181,8 @@ class Method(nn.Module):
         ``tokenize(texts)`` tokenises other texts the same way, through the token cache."""
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Add inputs to a batch (``input_ids``, ``attention_mask``, ``index``) before the forward."""
+        """Add inputs to a batch (``input_ids``, ``attention_mask``; ``index`` and ``lengths``
+        on the host) before the forward."""
         return batch
 
     def forward(self, batch: dict[str, torch.Tensor], shared: dict[str, Any]) -> Output:
@@ -248,10 +249,16 @@ def dropout_views(encoder: nn.Module, head: nn.Module, batch: dict, shared: dict
     and ``attention_mask`` of both views, ``pooled`` before the head, ``projected`` after it)."""
     n = batch["input_ids"].size(0)
     ids, mask = batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)
-    pooled = encoder(ids, mask)
+    pooled = encoder(ids, mask, lengths=repeat_lengths(batch.get("lengths"), 2))
     z = head(pooled)
     shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z)
     return z[:n], z[n:]
+
+
+def repeat_lengths(lengths: torch.Tensor | None, copies: int) -> torch.Tensor | None:
+    """A batch's host-side ``lengths`` (see :meth:`SentenceEncoder.forward`) for its rows
+    repeated ``copies`` times, or None when the batch has none."""
+    return None if lengths is None else lengths.repeat(copies)
 
 
 def primary_views(shared: dict, key: str, rows: int, who: str, what: str, views: int) -> torch.Tensor:

@@ -19,7 +19,7 @@ from cselab.errors import ConfigError
 from cselab.data.tokens import TokenizedCorpus, to_device
 from cselab.training.heads import HEADS, init_linear, make_head
 from cselab.training.losses import info_nce
-from cselab.training.methods import Method, Output
+from cselab.training.methods import Method, Output, repeat_lengths
 
 AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
 COMPOSE = ("z+", "z", "both")
@@ -187,7 +187,9 @@ class CompCSE(Method):
             parts = to_device(self.parts.batch(rows, self.ctx.tokenizer.pad_token_id,
                                                self.ctx.training.get("pad_to_multiple_of") or 1),
                               batch["input_ids"].device)
-        return {**batch, "parts_input_ids": parts["input_ids"], "parts_attention_mask": parts["attention_mask"]}
+            parts["lengths"] = self.parts.lengths[rows]
+        return {**batch, "parts_input_ids": parts["input_ids"], "parts_attention_mask": parts["attention_mask"],
+                "parts_lengths": parts.get("lengths")}
 
     def compose(self, batch, copies: int = 1) -> list[torch.Tensor]:
         """``copies`` independent compositions of the batch, from one forward pass."""
@@ -195,7 +197,8 @@ class CompCSE(Method):
         ids, mask = batch["parts_input_ids"], batch["parts_attention_mask"]
         if copies > 1:
             ids, mask = ids.repeat(copies, 1), mask.repeat(copies, 1)
-        parts = self.ctx.encoder(ids, mask).view(copies, k, n, -1)
+        parts = self.ctx.encoder(ids, mask, lengths=repeat_lengths(batch.get("parts_lengths"), copies))
+        parts = parts.view(copies, k, n, -1)
         if self.options.head_placement == "per_part":
             return [self.aggregate(self.head(parts[c].reshape(k * n, -1)).view(k, n, -1)) for c in range(copies)]
         return [self.head(self.aggregate(parts[c])) for c in range(copies)]
@@ -205,7 +208,7 @@ class CompCSE(Method):
         if mode == "both":
             anchor, positive = self.compose(batch, copies=2)
         else:
-            pooled = self.ctx.encoder(batch["input_ids"], batch["attention_mask"])
+            pooled = self.ctx.encoder(batch["input_ids"], batch["attention_mask"], lengths=batch.get("lengths"))
             full = self.head(pooled)
             shared.update(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                           pooled=pooled, projected=full)

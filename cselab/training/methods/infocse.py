@@ -111,7 +111,7 @@ class InfoCSEPretrain(Method):
 
     def forward(self, batch, shared):
         encoder, mask = self.ctx.encoder, batch["attention_mask"]
-        h = encoder(batch["input_ids"], mask)  # top-layer [CLS] of the unmasked sentence
+        h = encoder(batch["input_ids"], mask, lengths=batch.get("lengths"))  # top-layer [CLS], unmasked
         _, out = encoder(batch["mlm_input_ids"], mask, output_hidden_states=True)
         lower = out.hidden_states[self.k]
         labels = batch["mlm_labels"]
