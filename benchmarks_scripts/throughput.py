@@ -12,7 +12,8 @@ alternately, ``--rounds`` times, so drift of the machine hits both; the CSV hold
 and the ratios of the medians. ``--profile`` adds the host overhead of the pipeline's training
 step from the PyTorch profiler: the share of a step (range ``cselab.step``) not spent in the
 forward, the backward or the optimizer. On CUDA the rows also carry tokens/s and the model
-FLOPs utilisation (bf16 dense peak from ``--peak-tflops``).
+FLOPs utilisation (bf16 dense peak from ``--peak-tflops``), both over real (unpadded) tokens:
+the full model's FLOPs per real token, whatever the forward skips.
 
     python benchmarks_scripts/throughput.py --corpus ../shared/data/wiki1m_for_simcse.txt \\
         --senteval ../shared/data/SentEval --out results/benchmarks/throughput.csv --profile
