@@ -141,10 +141,11 @@ def _by_rating(smk, fig, entries, out):
     index = {s: i for i, s in enumerate(sentences)}
     sims = {}
     for label, m in _models(smk, entries).items():
-        e = m.encode_fn("stsb-test")(sentences)
+        e = m.encode_fn("stsb-test")(sentences).astype(np.float64)
         e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
         a, b = e[[index[s] for s in test.sent1]], e[[index[s] for s in test.sent2]]
-        sims[label] = ((a * b).sum(1), test.gold)
+        # a pair of (near-)identical sentences rounds to 1 + 1e-16: a cosine stays in [-1, 1]
+        sims[label] = (np.clip((a * b).sum(1), -1.0, 1.0), test.gold)
     diffcse.figure_similarity_by_rating(sims, **out)
 
 
