@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cselab.data.tokens import to_device
+
 
 def unsupported(backbone: nn.Module) -> str | None:
     """Why ``backbone`` cannot run unpadded (None when it can): BERT-style encoders (BERT,
@@ -63,11 +65,7 @@ class Packing:
             first = torch.cumsum(lengths, 0) - lengths
             rows = torch.repeat_interleave(torch.arange(self.batch), lengths)
             index = rows * self.length + torch.arange(len(rows)) - torch.repeat_interleave(first, lengths)
-            packed = torch.cat([index, first, lengths])
-            if device.type == "cuda":
-                packed = packed.pin_memory().to(device, non_blocking=True)
-            else:
-                packed = packed.to(device)
+            packed = to_device({"packed": torch.cat([index, first, lengths])}, device)["packed"]
             self.index, self.first, self.lengths = packed.split([len(index), self.batch, self.batch])
         self.keys = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, L]: True where a key may be attended
 

@@ -178,7 +178,7 @@ class CompCSE(Method):
             self.parts = split_rows(corpus, k)
 
     def prepare(self, batch):
-        k = self.options.partitions
+        k, lengths = self.options.partitions, None
         if self.parts is None:  # no corpus attached: split the padded batch itself
             parts = split_batch(batch["input_ids"], batch["attention_mask"], k, self.ctx.tokenizer.pad_token_id)
         else:
@@ -187,9 +187,9 @@ class CompCSE(Method):
             parts = to_device(self.parts.batch(rows, self.ctx.tokenizer.pad_token_id,
                                                self.ctx.training.get("pad_to_multiple_of") or 1),
                               batch["input_ids"].device)
-            parts["lengths"] = self.parts.lengths[rows]
+            lengths = self.parts.lengths[rows]
         return {**batch, "parts_input_ids": parts["input_ids"], "parts_attention_mask": parts["attention_mask"],
-                "parts_lengths": parts.get("lengths")}
+                "parts_lengths": lengths}
 
     def compose(self, batch, copies: int = 1) -> list[torch.Tensor]:
         """``copies`` independent compositions of the batch, from one forward pass."""
