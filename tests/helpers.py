@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import os
 import random
 import threading
 from pathlib import Path
@@ -10,12 +11,14 @@ from pathlib import Path
 from cselab.data.senteval import STS_SUBSETS
 
 
+#: names a folder with the stand-in data (``senteval/``, ``wiki1m_head.txt``) anywhere
+SHARED_DATA_ENV = "CSELAB_SHARED_DATA"
+
+
 def find_shared_data() -> Path | None:
-    """The shared stand-in data dir: /work/shared/data, or ../shared/data next to the repo clone."""
-    candidates = [
-        Path("/work/shared/data"),
-        Path(__file__).resolve().parents[2] / "shared" / "data",
-    ]
+    """The stand-in data dir: ``$CSELAB_SHARED_DATA``, else ``../shared/data`` beside the checkout."""
+    candidates = [Path(os.environ[SHARED_DATA_ENV])] if os.environ.get(SHARED_DATA_ENV) else []
+    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
     for c in candidates:
         if c.is_dir():
             return c

@@ -189,7 +189,7 @@ def test_prepare_corpus_download_error_names_fix(server, tmp_path):
 def test_prepare_corpus_real_head(tmp_path):
     shared = find_shared_data()
     if shared is None or not (shared / "wiki1m_head.txt").is_file():
-        pytest.skip("shared/data/wiki1m_head.txt not found (neither /work/shared/data nor ../shared/data)")
+        pytest.skip("shared/data/wiki1m_head.txt not found ($CSELAB_SHARED_DATA or ../shared/data beside the checkout)")
     got = prepare_corpus(url=None, path=str(shared / "wiki1m_head.txt"), out_txt=tmp_path / "o.txt",
                          manifest=tmp_path / "m.json", max_lines=6400, download_dir=tmp_path / "dl")
     assert got["source_sha256"] == "626175d8bf7d77e323f6d74bed023563abe2123b1b7990ccfcd958880ea71f5b"
@@ -322,7 +322,7 @@ def test_expected_counts_match_readme_totals():
 def test_verify_real_senteval_tree():
     shared = find_shared_data()
     if shared is None or not (shared / "senteval").is_dir():
-        pytest.skip("shared/data/senteval not found (neither /work/shared/data nor ../shared/data)")
+        pytest.skip("shared/data/senteval not found ($CSELAB_SHARED_DATA or ../shared/data beside the checkout)")
     got = verify_senteval(shared / "senteval", KNOWN_TASKS, strict_counts=True)
     assert list(got["tasks"]) == KNOWN_TASKS
     for task, expected in EXPECTED_COUNTS.items():

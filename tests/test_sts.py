@@ -166,12 +166,12 @@ def test_data_errors(tree):
 
 REAL = find_shared_data() / "senteval" if find_shared_data() else None
 needs_real = pytest.mark.skipif(REAL is None, reason="real SentEval tree not found at "
-                                "/work/shared/data/senteval or ../shared/data/senteval")
+                                "$CSELAB_SHARED_DATA/senteval or ../shared/data/senteval beside the checkout")
 
 
 @needs_real
 def test_real_tree_sizes():
-    """Test-set sizes from METHODS.md section 6."""
+    """Test-set sizes of SentEval as SimCSE (Gao et al., 2021) evaluates them (STS13 without SMT)."""
     sizes = {t: sum(len(s) for s in tasks.load_sts_task(REAL, t)) for t in sts.STS_TASKS}
     assert sizes == {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186,
                      "STSBenchmark": 1379, "SICKRelatedness": 4927}
