@@ -76,6 +76,30 @@ rule evaluate_transfer:
         "../workflow_scripts/evaluate_transfer.py"
 
 
+rule evaluate_transfer_dev:
+    input:
+        model=model_input,
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        OUT.RESULT["transfer_dev"],
+    params:
+        settings=ENCODER,
+        transfer=CFG["evaluation"]["transfer"],
+        experiment="{exp}",
+    log:
+        "logs/evaluate_transfer_dev/{exp}.log",
+    benchmark:
+        "benchmarks/evaluate_transfer_dev/{exp}.tsv"
+    threads: 8
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    conda:
+        "../envs/evaluate.yaml"
+    script:
+        "../workflow_scripts/evaluate_transfer_dev.py"
+
+
 rule evaluate_beir:
     input:
         model=model_input,

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from cselab.evaluation.sts import STS_COLUMNS
-from cselab.reporting.published import lookup
+from cselab.reporting.published import lookup, lookup_any, setting_differences
 from cselab.reporting.tables import score_table, to_markdown
 
 
@@ -20,11 +20,30 @@ def test_lookup_matches_only_the_same_setting():
     entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {**COMP, "d0": 256})
     assert entry["scores"]["Avg"] == 78.18 and "w/ comp." in note
     entry, note = lookup("compcse", "table1", "bert-base-uncased", "compcse", {**COMP, "d0": 256, "aggregation": "sum"})
-    assert entry is None and "not comparable" in note
-    entry, note = lookup("compcse", "table1", "bert-large-uncased", "compcse", COMP)
-    assert entry is None and "subsuming" in note
+    assert entry is None and note == ""
+    entry, note = lookup_any([("compcse", "table1")], "bert-large-uncased", "compcse", COMP)
+    assert entry is None and note == "no published row"  # never the name of a row that is not beside ours
     entry, _ = lookup("compcse", "table1", "bert-large-uncased", "compcse", {**COMP, "subsampling": "subsuming"})
     assert entry["scores"]["Avg"] == 79.67
+
+
+def test_note_says_where_our_setting_differs_from_the_papers():
+    ours = {"precision": "fp32", "lr": 3e-5, "batch_size": 64, "epochs": 1, "max_steps": 50, "max_len": 32,
+            "corpus": "wiki1m_head.txt, first 1,600 lines", "segmenter": "spacy_clauses"}
+    options = {**COMP, "subsampling": "subsuming"}
+    entry, note = lookup_any([("compcse", "table2")], "bert-base-uncased", "compcse", options, ours)
+    assert note.startswith("paper row: + subsuming; ours differs: precision fp32 (paper fp16), max steps 50 "
+                           "(paper none), corpus wiki1m_head.txt, first 1,600 lines (paper wiki1m_for_simcse.txt), "
+                           "segmenter spacy_clauses (paper DMRST discourse parser)")
+    same = {**ours, "precision": "fp16", "max_steps": None, "corpus": "wiki1m_for_simcse.txt"}
+    del same["segmenter"]
+    _, note = lookup_any([("compcse", "table6")], "bert-base-uncased", "compcse", COMP, same)
+    assert "same training setting as the paper's" in note
+    # a setting the paper does not state is not compared; SimCSE rows carry SimCSE's own
+    assert setting_differences({"lr": "not stated", "batch_size": 64}, {"lr": 1e-5, "batch_size": 64}) == []
+    entry, note = lookup_any([("compcse", "table1")], "roberta-base", "simcse", {}, {**same, "lr": 1e-5,
+                                                                                       "batch_size": 512})
+    assert entry["row"] == "SimCSE (Gao et al., 2021)" and "same training setting" in note
 
 
 @pytest.mark.parametrize("table,options,value", [

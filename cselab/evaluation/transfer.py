@@ -448,3 +448,17 @@ def evaluate_transfer(encode: Encoder, root: str | Path, tasks: Sequence[str] = 
             "classifier": classifier, "kfold": kfold, "seed": seed, "n_sentences": len(embedded),
             "mrpc_features": mrpc_features, "not_converged": getattr(clf, "not_converged", 0), "seconds": seconds,
             "pairs": pairs}
+
+
+#: the protocol of the papers' transfer development numbers: SimCSE's and DiffCSE's ``--mode dev``,
+#: SentEval's fast parameters, each task's development accuracy ("devacc")
+DEV_MODE = "fast"
+DEV_AVERAGE = "transfer avg (dev)"
+
+
+def dev_scores(result: dict) -> dict[str, float]:
+    """``{"<task> (dev)": dev accuracy, "transfer avg (dev)": their mean}`` from an
+    :func:`evaluate_transfer` result (accuracies in percent): what DiffCSE's ablation tables
+    report as "Avg. transfer" (the average of the 7 tasks' development sets)."""
+    dev = {f"{task} (dev)": float(res["dev_acc"]) for task, res in result["tasks"].items()}
+    return {**dev, DEV_AVERAGE: round(float(np.mean(list(dev.values()))), 2)}

@@ -385,25 +385,27 @@ def table_columns(cfg: dict, name: str) -> list[str]:
     from cselab.evaluation.sts import STS_COLUMNS
 
     kind = cfg["tables"][name]["kind"]
+    extras = list(cfg["tables"][name].get("extra_columns", []))
     if kind == "sts":
-        return list(STS_COLUMNS)
+        return list(STS_COLUMNS) + extras
     if kind == "transfer":
-        return [t for t in TRANSFER_TASKS if t in cfg["evaluation"]["transfer"]["tasks"]]
+        return [t for t in TRANSFER_TASKS if t in cfg["evaluation"]["transfer"]["tasks"]] + extras
     if kind == "beir":
-        return list(cfg["evaluation"]["beir"]["datasets"])
+        return list(cfg["evaluation"]["beir"]["datasets"]) + extras
     if kind == "methods":
-        return [*STS_COLUMNS, "STS avg", "STS-B dev", "transfer avg"]
-    return list(outputs.TABLE_KINDS[kind].columns)
+        return [*STS_COLUMNS, "STS avg", "STS-B dev", "transfer avg"] + extras
+    return list(outputs.TABLE_KINDS[kind].columns) + [c for c in extras if c not in outputs.TABLE_KINDS[kind].columns]
 
 
 def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
     """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
     kind = outputs.TABLE_KINDS[cfg["tables"][name]["kind"]]
     datasets = cfg["evaluation"]["beir"]["datasets"]
+    extras = [outputs.EXTRA_COLUMNS[c] for c in cfg["tables"][name].get("extra_columns", [])]
     out = {}
     for exp in experiment_ids(cfg, cfg["tables"][name]["experiments"]):
         files = []
-        for result in kind.results:
+        for result in dict.fromkeys([*kind.results, *extras]):
             pattern = outputs.RESULT[result]
             files += ([outputs.path(pattern, exp=exp, dataset=d) for d in datasets] if "{dataset}" in pattern
                       else [outputs.path(pattern, exp=exp)])
@@ -414,7 +416,8 @@ def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
 def table_rows(cfg: dict, name: str) -> list[dict]:
     """What the table job needs to know about each experiment id (a rerun trigger too).
 
-    ``options`` carries ``subsampling`` too: published settings are matched on it.
+    ``options`` carries ``subsampling`` too: published settings are matched on it. ``setting``
+    is what the note compares with the paper's training setting (:func:`training_setting`).
     """
     keep = ("name", "plm", "model", "method", "seed")
     rows = []
@@ -423,8 +426,31 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
         trained = spec["seed"] is not None
         options = {**full_options(spec), "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
         rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
-                     "id": exp_id, "files": files})
+                     "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files})
     return rows
+
+
+def training_setting(cfg: dict, spec: dict) -> dict:
+    """An experiment's training setting as a table note compares it with a paper's
+    (:data:`cselab.reporting.published.SETTING_KEYS`)."""
+    t = spec["training"]
+    out = {"precision": t.get("precision"), "lr": t["lr"], "batch_size": t["batch_size"], "epochs": t["epochs"],
+           "max_steps": t.get("max_steps") or None, "max_len": t["max_len"], "corpus": corpus_label(cfg, spec)}
+    if t.get("subsampling", "none") != "none":
+        out["segmenter"] = cfg["spans"]["segmenter"]
+    return out
+
+
+def corpus_label(cfg: dict, spec: dict) -> str:
+    """The training corpus in words: its file name, ``first N lines`` when capped, the held-out
+    slice it leaves out."""
+    corpus = cfg["data"]["corpus"]
+    label = Path(corpus.get("path") or corpus["url"]).name
+    if corpus.get("max_lines"):
+        label += f", first {corpus['max_lines']:,} lines"
+    if spec["training"].get("holdout"):
+        label += f", without a {spec['training']['holdout']:g} held-out slice"
+    return label
 
 
 def figure_experiments(cfg: dict, name: str) -> dict[str, str]:

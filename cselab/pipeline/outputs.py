@@ -45,6 +45,8 @@ RESULT = {
     "stsb_dev_pairs": EXPERIMENT_DIR + "/stsb_dev_pairs.npz",
     "transfer": EXPERIMENT_DIR + "/transfer.json",
     "transfer_pairs": EXPERIMENT_DIR + "/transfer_pairs.npz",
+    # the transfer tasks' development accuracies under SentEval's dev protocol ("fast" parameters)
+    "transfer_dev": EXPERIMENT_DIR + "/transfer_dev.json",
     "beir": EXPERIMENT_DIR + "/beir/{dataset}.json",
     "stsb_retrieval": EXPERIMENT_DIR + "/stsb_retrieval.json",
     "geometry": EXPERIMENT_DIR + "/geometry.json",
@@ -98,6 +100,10 @@ TABLE_KINDS: dict[str, TableKind] = {
     # STS-B dev with ("cls") and without ("cls_before_pooler") the training head: trained experiments only
     "pooler": TableKind(("stsb_dev_head", "stsb_dev"), ("cls", "cls_before_pooler")),
 }
+
+
+#: columns any table may add after its kind's own (``tables.<t>.extra_columns``): the result each reads
+EXTRA_COLUMNS: dict[str, str] = {"STS-B dev": "stsb_dev", "transfer avg (dev)": "transfer_dev"}
 
 
 @dataclass(frozen=True)

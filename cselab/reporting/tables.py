@@ -18,20 +18,21 @@ from cselab.reporting.published import lookup_any
 
 
 def score_table(rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
-                average: bool = True, digits: int = 2) -> pd.DataFrame:
+                average: bool = True, digits: int = 2, extras: Sequence[str] = ()) -> pd.DataFrame:
     """One row per experiment name (PLM x method), averaged over its seeds.
 
     ``rows``: one dict per experiment id with keys ``name``, ``plm``, ``model``, ``method``,
     ``objective``, ``options``, ``seed`` and ``scores`` (column -> value). ``sources``: the
     (paper, table) pairs whose published numbers may stand beside ours; the first matching
     setting wins. Columns: each metric, then ``<metric>_paper``; with ``average``, also
-    ``Avg``, ``Avg_std`` (over seeds), ``Avg_paper`` and ``Avg_gap`` (ours - paper).
+    ``Avg``, ``Avg_std`` (over seeds), ``Avg_paper`` and ``Avg_gap`` (ours - paper), the average
+    over ``columns`` except ``extras`` (columns shown beside the kind's own, not averaged).
     """
     out, order = [], list(dict.fromkeys(r["name"] for r in rows))
     for name in order:
         group = [r for r in rows if r["name"] == name]
         first = group[0]
-        entry, note = lookup_any(sources, first["model"], first["objective"], first["options"])
+        entry, note = lookup_any(sources, first["model"], first["objective"], first["options"], first.get("setting"))
         paper = entry["scores"] if entry else {}
         rec = {"plm": first["plm"], "model": first["model"], "method": first["method"], "experiment": name,
                "seeds": " ".join(str(r["seed"]) for r in group if r["seed"] is not None) or "-"}
@@ -41,7 +42,7 @@ def score_table(rows: list[dict], columns: Sequence[str], sources: Sequence[tupl
             rec[f"{col}_std"] = round(float(np.std(values, ddof=1)), digits) if len(values) > 1 else None
             rec[f"{col}_paper"] = paper.get(col)
         if average:
-            avgs = [float(np.mean([r["scores"][c] for c in columns])) for r in group]
+            avgs = [float(np.mean([r["scores"][c] for c in columns if c not in extras])) for r in group]
             rec["Avg"] = round(float(np.mean(avgs)), digits)
             rec["Avg_std"] = round(float(np.std(avgs, ddof=1)), digits) if len(avgs) > 1 else None
             rec["Avg_paper"] = paper.get("Avg")
@@ -109,9 +110,12 @@ def add_comparisons(df: pd.DataFrame, rows: list[dict], comparisons: Sequence[Co
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str], title: str = "", digits: int = 2,
-                comparisons: Sequence[Comparison] = (), notes: Sequence[str] = ()) -> str:
-    """Render with 'ours (paper)' cells and one 'vs SimCSE [CI]' column per comparison."""
-    cols = list(columns) + (["Avg"] if "Avg" in df.columns else [])
+                comparisons: Sequence[Comparison] = (), notes: Sequence[str] = (),
+                extras: Sequence[str] = ()) -> str:
+    """Render with 'ours (paper)' cells and one 'vs SimCSE [CI]' column per comparison; the
+    average follows the averaged columns, ``extras`` come after it."""
+    own = [c for c in columns if c not in extras]
+    cols = own + (["Avg"] if "Avg" in df.columns else []) + [c for c in columns if c in extras]
     shown = [c for c in comparisons if f"{c.prefix}diff" in df.columns and df[f"{c.prefix}diff"].notna().any()]
     header = (["PLM", "method", "experiment"] + cols
               + [f"vs SimCSE{': ' + c.label if c.label else ''} [CI]" for c in shown] + ["note"])
@@ -162,16 +166,16 @@ def read_results(rows: list[dict]) -> list[dict]:
 
 
 def build_table(kind: str, rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
-                bootstrap: dict | None = None) -> tuple[pd.DataFrame, list[Comparison]]:
-    """The table of ``kind`` (:data:`cselab.pipeline.outputs.TABLE_KINDS`) from loaded ``rows``."""
+                bootstrap: dict | None = None, extras: Sequence[str] = ()) -> tuple[pd.DataFrame, list[Comparison]]:
+    """The table of ``kind`` (:data:`cselab.pipeline.outputs.TABLE_KINDS`) from loaded ``rows``;
+    ``extras`` are columns after the kind's own (not averaged, not compared)."""
     from cselab.data.senteval import TRANSFER_TASKS
     from cselab.evaluation.sts import STS_COLUMNS
     from cselab.pipeline.outputs import TABLE_KINDS
 
     spec = TABLE_KINDS[kind]
     if kind == "pooler":  # the plain STS-B dev score is the one without the head
-        rows = [{**r, "scores": {"cls": r["scores"]["cls"], "cls_before_pooler": r["scores"]["STS-B dev"]}}
-                for r in rows]
+        rows = [{**r, "scores": {**r["scores"], "cls_before_pooler": r["scores"]["STS-B dev"]}} for r in rows]
     if kind == "methods":
         rows = [{**r, "scores": {**r["scores"], "STS avg": float(np.mean([r["scores"][c] for c in STS_COLUMNS])),
                                  "transfer avg": float(np.mean([r["scores"][t] for t in TRANSFER_TASKS
@@ -182,15 +186,16 @@ def build_table(kind: str, rows: list[dict], columns: Sequence[str], sources: Se
                        Comparison("transfer avg", tasks, "accuracy", prefix="transfer_")]
     else:
         metric = "accuracy" if kind == "transfer" else "spearman"
-        comparisons = [Comparison("", tuple(columns) if spec.average else tuple(columns)[:1], metric)]
-    df = score_table(rows, columns, sources, average=spec.average, digits=spec.digits)
+        own = tuple(c for c in columns if c not in extras)
+        comparisons = [Comparison("", own if spec.average else own[:1], metric)]
+    df = score_table(rows, columns, sources, average=spec.average, digits=spec.digits, extras=extras)
     if any(r["pairs"] is not None for r in rows):
         df = add_comparisons(df, rows, comparisons, **(bootstrap or {}))
     return df, comparisons
 
 
 def write(df: pd.DataFrame, columns: Sequence[str], csv_path: Path, md_path: Path, title: str, digits: int = 2,
-          comparisons: Sequence[Comparison] = (), notes: Sequence[str] = ()) -> None:
+          comparisons: Sequence[Comparison] = (), notes: Sequence[str] = (), extras: Sequence[str] = ()) -> None:
     with open_atomic(csv_path) as fh:
         df.to_csv(fh, index=False)
-    write_text(md_path, to_markdown(df, columns, title, digits, comparisons, notes))
+    write_text(md_path, to_markdown(df, columns, title, digits, comparisons, notes, extras))

@@ -13,8 +13,8 @@ from cselab.io import write_json
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
 
-JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "evaluate_transfer", "evaluate_retrieval",
-        "evaluate_geometry")
+JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "evaluate_transfer", "evaluate_transfer_dev",
+        "evaluate_retrieval", "evaluate_geometry")
 
 
 def model_dir(model_input: str | Path) -> Path:
@@ -87,6 +87,22 @@ def evaluate_transfer(smk) -> None:
     root, opts = senteval_root(smk.input.senteval), smk.params.transfer
     _evaluate(smk, lambda m: transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts),
               params={"transfer": opts})
+
+
+def evaluate_transfer_dev(smk) -> None:
+    """The transfer tasks' development accuracies under SentEval's dev protocol (the "fast"
+    parameters SimCSE's and DiffCSE's ``--mode dev`` use): DiffCSE Tables 3-6 and 15's
+    "Avg. transfer". The embeddings are the test-mode evaluation's cached ones."""
+    from cselab.evaluation import transfer
+
+    root, opts = senteval_root(smk.input.senteval), {**smk.params.transfer, "mode": transfer.DEV_MODE}
+
+    def compute(m):
+        result = transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts)
+        result.pop("pairs")
+        return {**result, "scores": transfer.dev_scores(result), "avg": None}
+
+    _evaluate(smk, compute, params={"transfer": opts})
 
 
 def evaluate_retrieval(smk) -> None:

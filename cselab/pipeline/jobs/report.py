@@ -19,8 +19,9 @@ def table(smk) -> None:
     with run(smk, params={"table": spec["name"], "kind": spec["kind"], "experiments": spec["experiments"]},
              label=spec["name"]) as r:
         rows = tables.read_results(smk.params.rows)
+        extras = spec.get("extra_columns", [])
         df, comparisons = tables.build_table(spec["kind"], rows, columns, [tuple(s) for s in spec.get("sources", [])],
-                                             smk.params.bootstrap)
+                                             smk.params.bootstrap, extras)
         for c in comparisons:
             if f"{c.prefix}diff" in df:
                 for _, row in df[df["baseline"].notna()].iterrows():
@@ -31,7 +32,7 @@ def table(smk) -> None:
             for _, row in df.iterrows():
                 r.log_metrics({f"{row['experiment']}.avg": row["Avg"]})
         tables.write(df, columns, smk.output.csv, smk.output.md, spec.get("title", spec["name"]),
-                     smk.params.digits, comparisons, spec.get("notes", []))
+                     smk.params.digits, comparisons, spec.get("notes", []), extras)
         r.log_artifact(smk.output.csv)
         r.log_artifact(smk.output.md)
 

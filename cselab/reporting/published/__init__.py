@@ -5,8 +5,15 @@ The numbers live in one YAML file per paper next to this module (``compcse.yaml`
 file's comments saying how the table was transcribed. A published row stands beside one of our
 experiments only when its model, objective and every option it lists match (``subsampling`` is
 matched like an option: the experiment's ``training.subsampling``); otherwise the paper cell stays
-empty and the note says what the paper's row used, so a reproduction gap is never an
-apples-to-oranges comparison.
+empty and the note says "no published row", so a reproduction gap is never an apples-to-oranges
+comparison and a note never names a row that is not beside ours.
+
+Each row also carries the *training setting* that produced it (``setting``: precision, lr,
+batch size, epochs, max_len, corpus, segmenter): the file's ``setting``, updated by its table's
+and then by the row's own. A value may be a mapping by model (``lr: {bert-base-uncased: 3e-5,
+...}``). :func:`setting_differences` compares it with ours, so the note beside a published row
+says where our run differs from the paper's. A row marked ``record_only`` is transcribed for the
+record but never stands beside an experiment (a second printing of a row the lookup meets first).
 """
 
 from __future__ import annotations
@@ -15,6 +22,16 @@ import functools
 from importlib import resources
 
 import yaml
+
+#: the setting keys a note compares, in the order it names them
+SETTING_KEYS = ("precision", "lr", "batch_size", "epochs", "max_steps", "max_len", "corpus", "segmenter")
+#: a setting value the paper does not give (not compared)
+NOT_STATED = "not stated"
+
+
+def _resolve(setting: dict, model: str) -> dict:
+    """A row's setting with per-model values (``{model: value}``) picked for ``model``."""
+    return {k: (v.get(model) if isinstance(v, dict) else v) for k, v in setting.items()}
 
 
 @functools.cache
@@ -31,9 +48,12 @@ def published() -> dict[tuple[str, str], list[dict]]:
                 if len(row["scores"]) != len(spec["columns"]):
                     raise ValueError(f"{item.name} {table} row {row['row']!r}: {len(row['scores'])} scores "
                                      f"for {len(spec['columns'])} columns")
+                setting = {**doc.get("setting", {}), **spec.get("setting", {}), **row.get("setting", {})}
                 entries.append({"model": row["model"], "objective": row["objective"],
                                 "options": row.get("options") or {}, "row": row["row"],
-                                "scores": dict(zip(spec["columns"], row["scores"]))})
+                                "scores": dict(zip(spec["columns"], row["scores"])),
+                                "setting": _resolve(setting, row["model"]),
+                                "record_only": bool(row.get("record_only", False))})
             out[(doc["paper"], table)] = entries
     return out
 
@@ -44,27 +64,47 @@ def columns(paper: str, table: str) -> list[str]:
 
 def lookup(paper: str, table: str, model: str, objective: str, options: dict) -> tuple[dict | None, str]:
     """Return (the published entry matching this setting or None, a note for the reader)."""
-    note = ""
     for entry in published().get((paper, table), []):
-        if entry["model"] != model or entry["objective"] != objective:
+        if entry["record_only"] or entry["model"] != model or entry["objective"] != objective:
             continue
-        mismatched = {k: v for k, v in entry["options"].items() if options.get(k) != v}
-        if not mismatched:
+        if all(options.get(k) == v for k, v in entry["options"].items()):
             return entry, f"paper row: {entry['row']}"
-        note = f"paper row '{entry['row']}' uses {mismatched}; not comparable"
-    return None, note
+    return None, ""
 
 
-def lookup_any(sources, model: str, objective: str, options: dict) -> tuple[dict | None, str]:
-    """The first of ``sources`` ((paper, table) pairs) with a matching published setting."""
-    notes = []
+def lookup_any(sources, model: str, objective: str, options: dict,
+               setting: dict | None = None) -> tuple[dict | None, str]:
+    """The first of ``sources`` ((paper, table) pairs) with a matching published setting, and the
+    note: the row and, given ``setting`` (ours), where it differs from the paper's; "no published
+    row" when none matches."""
     for paper, table in sources:
         entry, note = lookup(paper, table, model, objective, options)
         if entry:
+            if setting is not None:
+                diff = setting_differences(entry["setting"], setting)
+                note += "; ours differs: " + ", ".join(diff) if diff else "; same training setting as the paper's"
             return entry, f"{note} [{paper} {table}]"
-        if note:
-            notes.append(f"{note} [{paper} {table}]")
-    return None, "; ".join(notes)
+    return None, "no published row" if sources else ""
+
+
+def _show(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "none" if value is None else str(value)
+
+
+def setting_differences(paper: dict, ours: dict) -> list[str]:
+    """``["lr 3e-05 (paper 7e-06)", ...]`` for every key both settings name where ours differs from
+    the paper's (a value the paper does not state, :data:`NOT_STATED`, is not compared)."""
+    out = []
+    for key in SETTING_KEYS:
+        if key not in paper or key not in ours or paper[key] == NOT_STATED:
+            continue
+        mine, theirs = ours.get(key), paper[key]
+        if mine != theirs and not (isinstance(mine, (int, float)) and isinstance(theirs, (int, float))
+                                   and abs(mine - theirs) <= 1e-12 * max(abs(mine), abs(theirs))):
+            out.append(f"{key.replace('_', ' ')} {_show(mine)} (paper {_show(theirs)})")
+    return out
 
 
 def retrieval_examples(paper: str) -> list[dict]:
