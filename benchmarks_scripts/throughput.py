@@ -152,13 +152,14 @@ class _null:
 
 # -- this pipeline ------------------------------------------------------------------------------
 
-def spec_for(method: str, model_dir: Path, batch_size: int, max_len: int, steps: int, compile_: bool) -> dict:
+def spec_for(method: str, model_dir: Path, batch_size: int, max_len: int, steps: int, compile_: bool,
+             precision: str = "fp32") -> dict:
     options = {"partitions": 2, "aggregation": "avg"} if method == "compcse" else {}
     return {"id": f"bench-{method}-s42", "name": method, "plm": "bench", "model": str(model_dir), "method": method,
             "objective": method, "weight": 1.0, "options": options, "auxiliaries": {}, "signature": method,
             "seed": 42, "training": {"batch_size": batch_size, "max_len": max_len, "epochs": 1, "max_steps": steps,
                                      "lr": LR, "temperature": TEMPERATURE, "pooler": "cls", "eval_steps": None,
-                                     "log_steps": 1, "max_grad_norm": MAX_GRAD_NORM, "precision": "auto",
+                                     "log_steps": 1, "max_grad_norm": MAX_GRAD_NORM, "precision": precision,
                                      "compile": compile_}}
 
 
@@ -262,7 +263,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(rows[-1], flush=True)
 
     for method in args.methods.split(","):
-        spec = spec_for(method, model_dir, args.batch_size, args.max_len, args.steps, args.compile)
+        # the plain loop's numerics: bf16 autocast on CUDA, fp32 elsewhere
+        spec = spec_for(method, model_dir, args.batch_size, args.max_len, args.steps, args.compile,
+                        "bf16" if device == "cuda" else "fp32")
         if args.compile:  # compile once outside the timed rounds
             pipeline_train(spec, corpus, work, device)
         for rnd in range(args.rounds):

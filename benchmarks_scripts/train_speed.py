@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--objectives", default="simcse,compcse")
-    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     args = ap.parse_args()
 
     import torch

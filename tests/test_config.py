@@ -206,3 +206,51 @@ def test_unpadded_forward_is_part_of_the_experiment(smoke):
     cfg = cc.validate(smoke)
     assert cc.experiment_spec(cfg, "simcse-minilm-s42")["training"]["unpadded"] is True
     assert "unpadded" not in cc.OPERATIONAL
+
+
+# a value other than every shipped config's for each setting a job's spec must not hold
+OTHER_VALUE = {"checkpoint_steps": 7, "compile": True, "pad_to_multiple_of": 16, "devices": 4, "nodes": 2,
+               "dist_timeout_s": 60, "log_steps": 3, "dev_batch_size": 7, "eval_steps": 11, "eval_at_end": True,
+               "temperature": 0.07, "pooler": "avg", "unpadded": False, "batchnorm_stats": "per_process"}
+
+
+def _plan(cfg: dict) -> tuple[dict, dict]:
+    """Every experiment's spec (first seed) and every pretraining stage's spec per PLM."""
+    experiments = {exp_id: cc.experiment_spec(cfg, exp_id)
+                   for name in cfg["experiments"] for exp_id in cc.experiment_ids(cfg, [name])[:1]}
+    stages = {(stage, plm): cc.pretraining_spec(cfg, stage, plm)
+              for stage in cfg.get("pretraining", {}) for plm in cfg["plms"]}
+    return experiments, stages
+
+
+@pytest.mark.parametrize("which", ["default", "smoke"])
+@pytest.mark.parametrize("key", sorted(OTHER_VALUE))
+def test_a_setting_that_cannot_change_a_job_never_replans_it(default, smoke, which, key):
+    """Key by key: an operational setting changes no spec; a setting a job does not use (a
+    pretraining stage: STS-B dev scoring, the temperature, the pooled forward; SimCSE with its MLP
+    head: BatchNorm statistics) changes only the specs of the jobs that use it."""
+    base = default if which == "default" else smoke
+    before = _plan(cc.validate(base))
+    after = _plan(cc.validate(deep_update(base, {"training": {key: OTHER_VALUE[key]}})))
+    assert after[1] == before[1], f"training.{key} re-plans a pretraining stage"
+    changed = {exp_id for exp_id, spec in after[0].items() if spec != before[0][exp_id]}
+    if key in cc.OPERATIONAL:
+        assert not changed, f"training.{key} is operational but re-plans {sorted(changed)[:3]}"
+        return
+    for exp_id in changed:  # only experiments whose methods read it
+        spec = before[0][exp_id]
+        assert key in spec["training"], (key, exp_id)
+    simcse = "simcse-bert-base-s42" if which == "default" else "simcse-minilm-s42"
+    assert (simcse in changed) == (key not in ("batchnorm_stats",)), (key, sorted(changed)[:5])
+
+
+def test_specs_hold_what_their_jobs_use(default):
+    cfg = cc.validate(default)
+    stage = cc.pretraining_spec(cfg, "infocse-pretrain", "bert-base")["training"]
+    assert not set(stage) & {"eval_steps", "eval_at_end", "log_steps", "dev_batch_size", "temperature", "pooler",
+                             "unpadded"}
+    assert stage["warmup_ratio"] == 0.1 and stage["weight_decay"] == 0.01 and stage["precision"] == "fp16"
+    simcse = cc.experiment_spec(cfg, "simcse-bert-base-s42")["training"]
+    assert {"eval_steps", "temperature", "pooler", "unpadded", "precision"} <= set(simcse)
+    assert not {"log_steps", "dev_batch_size", "batchnorm_stats"} & set(simcse)
+    assert cc.experiment_spec(cfg, "diffcse-bert-base-s42")["training"]["batchnorm_stats"] == "global"

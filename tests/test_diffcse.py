@@ -174,3 +174,24 @@ def test_a_training_step_is_bit_identical_with_the_same_seed(tiny_bert, generato
     (loss_a, params_a), (loss_b, params_b) = step(), step()
     assert loss_a == loss_b
     assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
+
+
+@pytest.mark.parametrize("auxiliary", ["rtd", "infocse_mlm"])
+def test_training_losses_do_not_depend_on_pad_to_multiple_of(tiny_bert, generator, tmp_path, auxiliary):
+    """An operational setting changes no number: the RTD mean runs over the batch's natural padded
+    length and the masks, the generator and the auxiliary networks never see the extra padding."""
+    from cselab.training.loop import train
+    from tests.helpers import make_corpus
+    from tests.test_train import spec_for
+
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    options = {"generator": str(generator)} if auxiliary == "rtd" else {"pretrained": False, "views": 2}
+    losses = []
+    for multiple in (None, 16):
+        spec = spec_for(tiny_bert, "simcse", {"head": "batchnorm"}, max_steps=4, log_steps=1, eval_steps=None,
+                        pad_to_multiple_of=multiple,
+                        auxiliaries={auxiliary: {"weight": 1.0, "options": options}})
+        res = train(spec, corpus, lambda encoder: 0.0, tmp_path / f"out-{multiple}")
+        term = "loss.rtd" if auxiliary == "rtd" else "loss.mlm"
+        losses.append([(r["loss"], r[term]) for r in res.curve if "loss" in r])
+    assert len(losses[0]) == 4 and losses[0] == pytest.approx(losses[1], rel=1e-5)

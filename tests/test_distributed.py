@@ -72,10 +72,15 @@ def losses(result) -> list[float]:
     return [row["loss"] for row in result.curve if "loss" in row]
 
 
-@pytest.mark.parametrize("objective,options", [("simcse", {}), ("compcse", {"partitions": 2})])
+@pytest.mark.parametrize("objective,options", [("simcse", {}), ("compcse", {"partitions": 2}),
+                                               ("simcse", {"head": "batchnorm"})])
 def test_two_processes_equal_one_at_the_same_global_batch(tiny_bert, tmp_path, objective, options):
     """Global batch 8, three steps: the same losses, the same averaged gradient at every step
-    (the check AdamW's scale invariance cannot hide) and the same parameters, within 1e-5."""
+    (the check AdamW's scale invariance cannot hide) and the same parameters, within 1e-5. A
+    BatchNorm head normalises over the global batch on gloo too: the same gradients and running
+    statistics (its parameters are not compared: BatchNorm makes the gradient of a shift of every
+    row exactly 0, e.g. for the encoder's last LayerNorm bias, and AdamW turns the 1e-9 float
+    noise there into steps of either sign)."""
     corpus = make_corpus(tmp_path / "corpus.txt", 40)
     s = spec(tiny_bert, objective, options)
     one = run(s, corpus, tmp_path / "one", devices=1, entry="tests.test_distributed:recording_gradients")
@@ -91,10 +96,26 @@ def test_two_processes_equal_one_at_the_same_global_batch(tiny_bert, tmp_path, o
         # the first step's gradient is pure math (same parameters); later ones also carry the
         # parameters' float noise through AdamW
         assert worst < (1e-7 if step == 0 else TOL), f"step {step + 1}: gradients differ by {worst}"
+    if options.get("head") == "batchnorm":
+        a, b = state(tmp_path / "one"), state(tmp_path / "two")
+        for k in (k for k in a if "running" in k):
+            assert (a[k] - b[k]).abs().max().item() < TOL, k
+        return
     assert_same(tmp_path / "one", tmp_path / "two")
     moved = max((v - state_of_plm(tiny_bert)[k]).abs().max().item() for k, v in state(tmp_path / "two").items()
                 if not k.startswith("head."))
     assert moved > 10 * TOL  # equal because the same, not because nothing moved (moves ~2e-4)
+
+
+def test_per_process_batchnorm_statistics_are_another_experiment(tiny_bert, tmp_path):
+    """batchnorm_stats: per_process normalises each process's shard (DDP's default): not the
+    single-process math, which is why it is part of the experiment and not the default."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 40)
+    s = spec(tiny_bert, "simcse", {"head": "batchnorm"}, max_steps=1, batchnorm_stats="per_process")
+    one = run(s, corpus, tmp_path / "one", devices=1)
+    two = run(s, corpus, tmp_path / "two", devices=2)
+    a, b = losses(one)[0], losses(two)[0]  # small (dropout off: two identical views), but far apart
+    assert abs(a - b) > 0.5 * max(a, b), (a, b)
 
 
 def test_two_processes_equal_one_with_the_unpadded_forward(tiny_bert, tmp_path):

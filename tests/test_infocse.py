@@ -122,18 +122,103 @@ def test_stage_two_starts_from_stage_one_with_a_frozen_detached_copy(tiny_bert, 
     assert aux.aux.extra[0].output.dense.weight.grad is not None  # the extra layers and head train
 
 
-def test_stage_two_without_detach_trains_the_encoders_lower_layers(tiny_bert, exported):
+def test_stage_two_without_detach_trains_the_auxiliary_copy_not_the_encoder(tiny_bert, exported):
+    """InfoCSE Table 6 "w/o gradient detach": the gradient reaches the auxiliary network's own
+    lower copy (which trains, is optimised and checkpointed), never the encoder's lower layers."""
     _, _, out = exported
     encoder, objective = stage_two(tiny_bert, out, detach=False)
     aux = objective.components[1]
     assert not objective.frozen()
+    in_groups = {id(p) for g in objective.param_groups(1e-3) for p in g["params"]}
+    assert {id(p) for p in aux.lower.parameters()} <= in_groups
+    assert any(k.startswith("components.1.lower.") for k in objective.state_dict())
+    objective.train()
+    assert aux.lower.training  # a trained copy: dropout on
     batch = objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32)))
-    shared = {"pooled": encoder(batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)).detach()}
-    aux(batch, shared).losses["mlm"].backward()
-    assert encoder.backbone.encoder.layer[0].output.dense.weight.grad.abs().sum() > 0
-    assert encoder.backbone.encoder.layer[1].output.dense.weight.grad is None  # above the lower half
+    pooled = encoder(batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1))
+    aux(batch, {"pooled": pooled.detach()}).losses["mlm"].backward()
+    assert aux.lower.stack[0].output.dense.weight.grad.abs().sum() > 0
+    assert aux.lower.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for p in encoder.parameters())  # h detached here: nothing else reaches it
 
 
+def test_stage_two_lower_dropout_keeps_the_frozen_copy_in_train_mode(tiny_bert, exported):
+    """The authors' BERT-large script leaves the frozen copy's dropout on (base: eval mode)."""
+    _, _, out = exported
+    _, objective = stage_two(tiny_bert, out, lower_dropout=True)
+    objective.train()
+    assert objective.components[1].lower.training and "infocse_mlm.lower" in objective.frozen()
+    objective.eval()
+    assert not objective.components[1].lower.training
+    with pytest.raises(ConfigError, match="lower_dropout"):
+        InfoCSEMLM.check_options({"detach": False, "lower_dropout": True})
+
+
+def test_stage_one_is_one_masked_forward_and_h_is_its_cls(tiny_bert):
+    """Section 3.1: both MLM objectives on the same (masked) input, one backbone forward; h is
+    that forward's top-layer [CLS] and the auxiliary head reads its lower layers' states."""
+    torch.manual_seed(0)
+    encoder, objective = stage_one(tiny_bert)
+    stage = objective.primary
+    calls, seen = [], {}
+    encoder.backbone.register_forward_hook(lambda m, args, kwargs, out: calls.append(kwargs["input_ids"]),
+                                           with_kwargs=True)
+    real_loss = stage.aux.loss
+
+    def spy(h, lower, mask, labels):
+        seen.update(h=h, lower=lower)
+        return real_loss(h, lower, mask, labels)
+
+    stage.aux.loss = spy
+    objective.eval()  # no dropout: the reference forward below is the same computation
+    batch = objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32)))
+    objective(batch)
+    assert len(calls) == 1 and torch.equal(calls[0], batch["mlm_input_ids"])  # one forward, on the masked input
+    with torch.no_grad():
+        ref = encoder.backbone(input_ids=batch["mlm_input_ids"], attention_mask=batch["attention_mask"],
+                               output_hidden_states=True)
+    torch.testing.assert_close(seen["h"], ref.last_hidden_state[:, 0])
+    torch.testing.assert_close(seen["lower"], ref.hidden_states[stage.k])
+
+
+def test_whole_word_masking_selects_every_piece_of_a_word():
+    from cselab.training.models import resolve_model
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2"))
+    starts = mlm.word_start_table(tok)
+    batch = tok(["the unbelievably extraordinary tokenization of everything works"] * 400, return_tensors="pt")
+    ids, attn = batch["input_ids"], batch["attention_mask"]
+    masked, labels = mlm.mask_tokens(ids, attn, 0.3, tok, torch.Generator().manual_seed(0), word_starts=starts)
+    selected = labels != mlm.IGNORE
+    pieces = tok.convert_ids_to_tokens(ids[0])
+    for i, piece in enumerate(pieces):
+        if piece.startswith("##"):  # a continuation piece is selected exactly when its word's first piece is
+            first = max(j for j in range(i) if not pieces[j].startswith("##"))
+            assert torch.equal(selected[:, i], selected[:, first])
+    words = [i for i, piece in enumerate(pieces) if not piece.startswith("##") and piece not in ("[CLS]", "[SEP]")]
+    assert selected[:, words].float().mean().item() == pytest.approx(0.3, abs=0.03)
+
+
+def test_masking_ignores_padding_added_beyond_the_natural_width(tiny_bert):
+    """training.pad_to_multiple_of is operational: stage 1 masks and encodes the batch at its
+    natural width, so a batch padded further gives the same masks and the same loss."""
+    def loss(extra):
+        torch.manual_seed(0)
+        encoder, objective = stage_one(tiny_bert)
+        objective.eval()
+        batch = encoder.pad(encoder.tokenize(SENTENCES, 32))
+        batch["lengths"] = batch["attention_mask"].sum(1)
+        pad = encoder.tokenizer.pad_token_id
+        batch["input_ids"] = torch.cat([batch["input_ids"], torch.full((len(SENTENCES), extra), pad)], 1)
+        batch["attention_mask"] = torch.cat([batch["attention_mask"], torch.zeros(len(SENTENCES), extra,
+                                                                                  dtype=torch.long)], 1)
+        torch.manual_seed(1)
+        prepared = objective.prepare(batch)
+        return prepared["mlm_input_ids"], objective(prepared)[0]
+
+    (ids, a), (wide, b) = loss(0), loss(11)
+    assert torch.equal(ids, wide) and a.item() == b.item()
 def test_stage_two_without_pretraining_needs_no_artifact(tiny_bert):
     assert InfoCSEMLM.requires(InfoCSEMLM.check_options({"pretrained": False})) == {}
     assert InfoCSEMLM.requires(InfoCSEMLM.check_options({})) == {"aux_network": "infocse-pretrain"}

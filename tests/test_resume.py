@@ -198,3 +198,39 @@ def test_dev_metrics_encode_once(tiny_encoder, monkeypatch):
     assert out["stsb_dev_spearman"] == sts.spearman_on_subset(direct, SUBSET)
     geometry = align_uniform(direct, SUBSET)
     assert (out["alignment"], out["uniformity"]) == (geometry["alignment"], geometry["uniformity"])
+
+
+def test_an_interrupted_run_is_resumed_or_retired(tmp_path, monkeypatch):
+    """Tracking after a hard kill: the job's run id waits in its folder; an attempt that resumes
+    the checkpoint continues that run (its params kept, a changed operational one as a tag), one
+    that starts over marks it KILLED and the two runs point to each other."""
+    import mlflow
+
+    from cselab.pipeline import tracking
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    common = {"uri": uri, "experiment_name": "resume-test", "rule": "train", "experiment_id": "e-s1"}
+    client = mlflow.MlflowClient(uri)
+    killed = client.create_run(tracking.init_store(uri, "resume-test"), tags={"rule": "train"}).info.run_id
+    client.log_param(killed, "training.lr", "0.001")
+    client.log_param(killed, "operational.devices", "2")
+    tracking.remember_run(tmp_path, killed)
+    assert tracking.previous_run(tmp_path) == killed
+
+    with tracking.mlflow_run(**common, params={"training": {"lr": 1e-3}, "operational": {"devices": 1}},
+                             resume=killed) as r:
+        assert r.run_id == killed
+    run = client.get_run(killed)
+    assert run.info.status == "FINISHED" and run.data.tags["cselab.resumed"] == "1"
+    assert run.data.params["operational.devices"] == "2" and run.data.tags["cselab.resume.operational.devices"] == "1"
+
+    stale = client.create_run(run.info.experiment_id).info.run_id  # killed before any checkpoint
+    with tracking.mlflow_run(**common) as r:
+        tracking.retire(stale, successor=r.run_id)
+        new = r.run_id
+    assert client.get_run(stale).info.status == "KILLED"
+    assert client.get_run(stale).data.tags["cselab.successor_run_id"] == new
+    assert client.get_run(new).data.tags["cselab.predecessor_run_id"] == stale
+    tracking.forget_run(tmp_path)
+    assert tracking.previous_run(tmp_path) is None

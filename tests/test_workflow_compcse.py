@@ -53,7 +53,8 @@ def setup(workdir: Path, tiny_bert: Path) -> None:
         "mlflow": {"experiment_name": "cselab-test"},
         "seeds": [42],
         "plms": {"tiny": {"model": str(tiny_bert)}},  # one path for both runs: it is a table column
-        "training": {"batch_size": 16, "max_len": 32, "max_steps": 6, "lr": 1e-4, "eval_steps": 2, "log_steps": 2},
+        "training": {"batch_size": 16, "max_len": 32, "max_steps": 6, "lr": 1e-4, "eval_steps": 2, "log_steps": 2,
+                     "precision": "fp32"},
         "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 200}},
         "spans": {"batch_size": 64},
         "experiments": EXPERIMENTS,

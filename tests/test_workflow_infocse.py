@@ -23,6 +23,10 @@ EXPERIMENTS = {
 }
 
 
+TARGETS = ["results/info_t12.csv", "results/info_t7.csv", "results/info_t9.csv", "results/d_fig2.png",
+           "results/d_t9.png"]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, tiny_bert):
     workdir = tmp_path_factory.mktemp("infocse")
@@ -35,11 +39,12 @@ def run(tmp_path_factory, tiny_bert):
         "mlflow": {"experiment_name": "cselab-test"},
         "seeds": [42],
         "plms": {"tiny": {"model": str(tiny_bert)}},
-        "training": {"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2, "log_steps": 1},
+        "training": {"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2, "log_steps": 1,
+                     "precision": "fp32"},
         "methods": {"infocse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1}},
                     "diffcse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1},
                                 "auxiliaries": {"rtd": {"options": {"generator": None}}}}},
-        "pretraining": {"infocse-pretrain": {"training": {"batch_size": 16, "lr": 1e-3, "epochs": 1,
+        "pretraining": {"infocse-pretrain": {"options": {"lower_layers": 1}, "training": {"batch_size": 16, "lr": 1e-3, "epochs": 1,
                                                           "max_steps": 5}}},
         "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 100}},
         "experiments": EXPERIMENTS,
@@ -55,11 +60,27 @@ def run(tmp_path_factory, tiny_bert):
                                "experiments": ["infocse-tiny", "info-nopre-tiny"]}},
     }
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
-    targets = ["results/info_t12.csv", "results/info_t7.csv", "results/info_t9.csv", "results/d_fig2.png",
-               "results/d_t9.png"]
-    plan = snakemake(workdir, "-n", *targets).stdout
-    snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "figure=1", "--", *targets)
+    plan = snakemake(workdir, "-n", *TARGETS).stdout
+    snakemake(workdir, "--cores", "2", "--set-threads", "train=1", "pretrain=1", "figure=1", "--", *TARGETS)
     return workdir, plan
+
+
+def test_scoring_and_logging_settings_replan_no_pretraining_stage(run):
+    """A stage's spec holds what changes its output: STS-B dev scoring (eval_steps) retrains the
+    experiments, never the stage; logging (log_steps) retrains nothing."""
+    workdir, _ = run
+    original = (workdir / "test.yaml").read_text()
+    cfg = yaml.safe_load(original)
+    try:
+        cfg["training"]["eval_steps"] = 3
+        (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+        plan = snakemake(workdir, "-n", *TARGETS).stdout
+        assert "rule pretrain:" not in plan and "rule train:" in plan
+        cfg["training"].update(eval_steps=2, log_steps=2, dev_batch_size=7)
+        (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+        assert "Nothing to be done" in snakemake(workdir, "-n", *TARGETS).stdout
+    finally:
+        (workdir / "test.yaml").write_text(original)
 
 
 def test_stage_one_runs_once_before_the_trainings_that_need_it(run):
@@ -77,6 +98,16 @@ def test_stage_one_runs_once_before_the_trainings_that_need_it(run):
     curve = pd.read_csv(workdir / "resources/pretrained/infocse-pretrain/tiny/curve.csv")
     assert {"loss.aux", "loss.mlm", "masked_share"} <= set(curve.columns) and curve["step"].max() == 5
     assert curve["loss.aux"].iloc[-1] < curve["loss.aux"].iloc[0]  # stage 1 learns
+    # a stage is not scored on STS-B dev: its summary (strict JSON) and its MLflow run carry no dev score
+    summary = json.loads((stage.parent / "summary.json").read_text(), parse_constant=lambda c: 1 / 0)
+    assert "stsb_dev_spearman" not in summary and summary["steps"] == 5
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir}/results/mlflow.db")
+    (stage_run,) = client.search_runs([client.get_experiment_by_name("cselab-test").experiment_id],
+                                      "tags.rule = 'pretrain'")
+    assert "best_stsb_dev_spearman" not in stage_run.data.metrics and "train_seconds" in stage_run.data.metrics
+    assert "training.eval_steps" not in stage_run.data.params and "training.temperature" not in stage_run.data.params
 
 
 def test_stage_two_logs_both_terms_and_starts_from_stage_one(run):

@@ -27,6 +27,7 @@ TOY = '''"""A toy method for the contract test (the file is written and removed 
 
 import dataclasses
 import os
+import signal
 
 import torch
 from torch import nn
@@ -82,8 +83,8 @@ class Toy(Method):
 
     def forward(self, batch, shared):
         self.calls += 1
-        if self.calls == int(os.environ.get("TOY_CRASH_AT_CALL", "0")):
-            raise RuntimeError("toy crash")
+        if self.calls == int(os.environ.get("TOY_KILL_AT_CALL", "0")):
+            os.kill(os.getpid(), signal.SIGKILL)  # a hard kill: no exception handler, no MLflow cleanup
         n = batch["input_ids"].size(0)
         pooled = self.ctx.encoder(batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1))
         z = self.head(pooled)
@@ -105,6 +106,14 @@ def toy_module():
             cache.unlink()
 
 
+def train_runs(workdir: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir}/results/mlflow.db")
+    exp = client.get_experiment_by_name("cselab-toy")
+    return client.search_runs([exp.experiment_id], "tags.rule = 'train'")
+
+
 def write_config(workdir: Path) -> None:
     cfg = {
         "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt"), "max_lines": 200},
@@ -113,7 +122,7 @@ def write_config(workdir: Path) -> None:
         "seeds": [42],
         "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 6, "lr": 1e-4, "eval_steps": 3, "log_steps": 2,
-                     "checkpoint_steps": 2},
+                     "checkpoint_steps": 2, "precision": "fp32"},
         "methods": {"toy": {"objective": "toy", "auxiliaries": {}}},
         "pretraining": {"toy-teacher": {"method": "toy_teacher", "training": {"max_steps": 4, "eval_steps": None}}},
         "experiments": {"toy-tiny": {"plm": "tiny", "method": "toy"}},
@@ -136,11 +145,13 @@ def test_a_new_method_is_one_module_and_config(toy_module, tmp_path, tiny_bert):
     assert "resources/pretrained/toy-teacher/tiny/model" in plan
     assert plan.index("rule pretrain:") < plan.index("rule train:")
 
-    # First run: crash at the third step of the training job, after the checkpoint of step 2.
+    # First run: killed (SIGKILL) at the third step of the training job, after the checkpoint of step 2.
     crash = snakemake(workdir, "--cores", "1", "results/toy_table.csv", check=False,
-                      env={"TOY_CRASH_AT_CALL": "3"})
+                      env={"TOY_KILL_AT_CALL": "3"})
     log = workdir / "logs/train/toy-tiny-s42.log"
-    assert crash.returncode != 0 and log.is_file() and "toy crash" in log.read_text(), crash.stderr[-3000:]
+    assert crash.returncode != 0 and log.is_file(), crash.stderr[-3000:]
+    (killed,) = train_runs(workdir)
+    assert killed.info.status == "RUNNING"  # nothing could close it
     probe = torch.load(workdir / "resources/pretrained/toy-teacher/tiny/model/probe.pt")
     assert set(probe) == {"weight", "bias"}
     (ckpt,) = (workdir / "results/experiments/toy-tiny-s42/resume").glob("step-*")
@@ -156,6 +167,11 @@ def test_a_new_method_is_one_module_and_config(toy_module, tmp_path, tiny_bert):
     assert "rule pretrain:" not in done.stdout
     summary = json.loads((workdir / "results/experiments/toy-tiny-s42/train_summary.json").read_text())
     assert summary["resumed_from_step"] == 2 and summary["steps"] == 6
+    (resumed,) = train_runs(workdir)  # the killed job's own run, continued: not a second one
+    assert resumed.info.run_id == killed.info.run_id == summary["mlflow_run_id"]
+    assert resumed.info.status == "FINISHED" and resumed.data.tags["cselab.resumed"] == "1"
+    assert resumed.data.metrics["resumed_from_step"] == 2
+    assert not (workdir / "results/experiments/toy-tiny-s42/mlflow_run.json").exists()
     curve = pd.read_csv(workdir / "results/experiments/toy-tiny-s42/curve.csv")
     assert {"loss.contrastive", "loss.teacher", "teacher_mean"} <= set(curve.columns)
     table = pd.read_csv(workdir / "results/toy_table.csv")

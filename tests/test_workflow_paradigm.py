@@ -45,7 +45,7 @@ def run(tmp_path_factory, tiny_bert):
         "mlflow": {"experiment_name": "cselab-test"},
         "seeds": [42],
         "plms": {"tiny": {"model": str(tiny_bert)}},
-        "training": {"max_len": 32, "max_steps": 6, "eval_steps": 3, "log_steps": 1},
+        "training": {"max_len": 32, "max_steps": 6, "eval_steps": 3, "log_steps": 1, "precision": "fp32"},
         "methods": {name: settings for name in ("paradigm", "paradigm-mhe")},
         "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 100}},
         "experiments": EXPERIMENTS,

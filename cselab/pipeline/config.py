@@ -296,35 +296,57 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
                       f"{', '.join(sorted(cfg['experiments']))}")
 
 
-# Training settings that do not change the result: not part of the spec (a Snakemake rerun
-# trigger), so switching checkpoints or torch.compile on for a cluster run retrains nothing.
-OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "sync_batchnorm",
-               "dist_timeout_s")
+# A job's spec (a Snakemake rerun trigger and the checkpoints' fingerprint) holds exactly the
+# training settings that can change its output, so a setting that cannot never retrains anything:
+# - OPERATIONAL settings change how a job runs (speed, memory, logging, processes), never its numbers;
+# - USED_BY_METHODS are read only by the methods that declare them (Method.used_training_keys:
+#   the contrastive temperature, the pooled encoder forward's pooler and unpadded, BatchNorm heads'
+#   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
+# - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
+OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
+               "log_steps", "dev_batch_size")
+USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")
+SCORING = ("eval_steps", "eval_at_end")
+
+
+def _job_training(training: dict, components: list[dict], scored: bool) -> dict:
+    """The settings of ``training`` the job's methods (and, ``scored``, its dev scoring) can use."""
+    from cselab.training.methods import method_class
+
+    used = {"pooler", "unpadded"} if scored else set()
+    for entry in components:
+        cls = method_class(entry["method"])
+        used.update(cls.used_training_keys(cls.check_options(entry["options"])))
+    drop = set(OPERATIONAL) | (set(USED_BY_METHODS) - used) | (set() if scored else set(SCORING))
+    return {k: v for k, v in training.items() if k not in drop}
 
 
 def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
     """Everything that determines an experiment's training run (and nothing about evaluation)."""
+    from cselab.training.methods import spec_components
+
     name, seed = parse_id(cfg, exp_id)
     spec = _merge_experiment(cfg, name)
     spec.update(id=exp_id, seed=seed)
-    for key in OPERATIONAL:
-        spec["training"].pop(key, None)
+    spec["training"] = ({} if spec["objective"] == UNTRAINED  # nothing is trained
+                        else _job_training(spec["training"], spec_components(spec), scored=True))
     return spec
 
 
 def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
-    """A pretraining stage for one PLM: global ``training`` < ``pretraining.<stage>.training``."""
+    """A pretraining stage for one PLM: global ``training`` < ``pretraining.<stage>.training``,
+    without the settings a stage cannot use (it is not scored on STS-B dev)."""
     if stage not in cfg.get("pretraining", {}):
         defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
         raise ConfigError(f"unknown pretraining stage {stage!r}; defined: {defined}")
     if plm not in cfg["plms"]:
         raise ConfigError(f"unknown PLM {plm!r} for pretraining stage {stage!r}")
     entry = cfg["pretraining"][stage]
-    training = {**cfg["training"], **entry.get("training", {})}
-    for key in OPERATIONAL:
-        training.pop(key, None)
+    options = entry.get("options", {})
+    training = _job_training({**cfg["training"], **entry.get("training", {})},
+                             [{"method": entry["method"], "options": options}], scored=False)
     return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
-            "method": stage, "objective": entry["method"], "weight": 1.0, "options": entry.get("options", {}),
+            "method": stage, "objective": entry["method"], "weight": 1.0, "options": options,
             "auxiliaries": {}, "signature": entry["method"], "training": training, "seed": entry.get("seed", 42)}
 
 

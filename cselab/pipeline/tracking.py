@@ -274,15 +274,82 @@ class RunMetrics:
         MlflowClient(self.uri).log_batch(self.run_id, metrics=metrics)
 
 
+#: a training job's MLflow run id, kept in its output folder while the job has not completed
+RUN_FILE = "mlflow_run.json"
+RESUMED_TAG, SUCCESSOR_TAG, PREDECESSOR_TAG = "cselab.resumed", "cselab.successor_run_id", "cselab.predecessor_run_id"
+
+
+def previous_run(out_dir: Path) -> str | None:
+    """The MLflow run id of this job's last attempt when it did not complete (killed, failed)."""
+    path = Path(out_dir) / RUN_FILE
+    try:
+        return json.loads(path.read_text())["run_id"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def remember_run(out_dir: Path, run_id: str) -> None:
+    from cselab.io import write_json
+
+    write_json(Path(out_dir) / RUN_FILE, {"run_id": run_id})
+
+
+def forget_run(out_dir: Path) -> None:
+    (Path(out_dir) / RUN_FILE).unlink(missing_ok=True)
+
+
+def retire(run_id: str, successor: str) -> None:
+    """An interrupted attempt that the new one does not resume: marked KILLED when a hard kill left
+    it RUNNING, and pointing to its successor (the successor points back)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    try:
+        if client.get_run(run_id).info.status == "RUNNING":
+            client.set_terminated(run_id, status="KILLED")
+        client.set_tag(run_id, SUCCESSOR_TAG, successor)
+        client.set_tag(successor, PREDECESSOR_TAG, run_id)
+    except MlflowException as e:  # deleted meanwhile, or another store: nothing to retire
+        log.info("could not mark the interrupted MLflow run %s: %s", run_id, e)
+
+
+def _resumable(run_id: str | None):
+    """The run to continue (an interrupted attempt of this job in the current store), or None."""
+    if not run_id:
+        return None
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow.MlflowClient().get_run(run_id)
+    except MlflowException:
+        return None
+
+
+def _log_params_once(handle: "Run", params: dict, logged: dict) -> None:
+    """A resumed run keeps its params; a value that changed since (an operational setting such
+    as the number of processes) becomes a tag ``cselab.resume.<param>``."""
+    flat = {metric_name(k): (json.dumps(v) if isinstance(v, (list, tuple)) else v) for k, v in flatten(params).items()}
+    new = {k: v for k, v in flat.items() if k not in logged}
+    changed = {k: v for k, v in flat.items() if k in logged and logged[k] != str(v)}
+    if new:
+        handle.log_params(new)
+    if changed:
+        handle.set_tags({f"cselab.resume.{k}": v for k, v in changed.items()})
+
+
 @contextlib.contextmanager
 def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str | None = None,
                params: dict | None = None, tags: dict | None = None, label: str | None = None,
-               fallback: str = "none", source: str | None = None) -> Iterator[Run]:
+               fallback: str = "none", source: str | None = None, resume: str | None = None) -> Iterator[Run]:
     """Open one MLflow run for a rule job, tagged for traceability; failed jobs end FAILED.
 
     ``uri`` is checked first (see :func:`resolve`), so an unreachable server fails the job
     before its work; a server that stops answering later fails it with a :class:`TrackingError`.
     ``source`` (the rule's script, relative to the repository) is the run's source in the UI.
+    ``resume``: the run id of an interrupted attempt this job continues (from its checkpoint):
+    that run is reopened (tagged ``cselab.resumed``) instead of a new one.
     """
     import mlflow
     import requests
@@ -303,12 +370,17 @@ def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str 
     if target.fallback_from:
         all_tags[FALLBACK_TAG] = target.fallback_from
     run_name = f"{rule}:{experiment_id or label}" if (experiment_id or label) else rule
+    previous = _resumable(resume)
     try:
-        with mlflow.start_run(experiment_id=exp, run_name=run_name,
+        if previous is not None:
+            attempts = int(previous.data.tags.get(RESUMED_TAG, "0")) + 1
+            all_tags[RESUMED_TAG] = attempts
+        with mlflow.start_run(**({"run_id": previous.info.run_id} if previous is not None else
+                                 {"experiment_id": exp, "run_name": run_name}),
                               tags={k: str(v) for k, v in all_tags.items()}) as run:
             handle = Run(run)
             if params:
-                handle.log_params(params)
+                _log_params_once(handle, params, previous.data.params if previous is not None else {})
             yield handle
     except (MlflowException, requests.RequestException) as e:
         if not is_remote(target.uri):

@@ -47,6 +47,17 @@ class Checkpoints:
     def __init__(self, root: Path, fingerprint: str):
         self.root, self.fingerprint = Path(root), fingerprint
 
+    def peek(self) -> Path | None:
+        """The checkpoint :meth:`latest` would resume from, without removing anything."""
+        found = sorted(p for p in self.root.glob("step-*") if (p / "meta.json").is_file())
+        if not found:
+            return None
+        try:
+            same = json.loads((found[-1] / "meta.json").read_text())["fingerprint"] == self.fingerprint
+        except (OSError, ValueError, KeyError):
+            return None
+        return found[-1] if same else None
+
     def latest(self) -> Path | None:
         """The latest checkpoint if its fingerprint matches (older ones are removed); otherwise
         clear ``root`` and return None. One process of a job calls it, then all :meth:`read`."""

@@ -152,6 +152,67 @@ def in_batch(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     return wrapper
 
 
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over processes whose backward sums the processes' gradients (the gradient of a sum)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out = x.clone()
+        dist.all_reduce(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of ``x`` over processes, differentiable: the backward sums every process's gradient
+    (what makes a global-batch statistic's gradient the single-process one)."""
+    return _AllReduceSum.apply(x) if is_distributed() else x
+
+
+class GlobalBatchNorm(torch.nn.BatchNorm1d):
+    """BatchNorm over the global batch of a multi-process job, on any backend (gloo included; the
+    single-process math, unlike PyTorch's ``SyncBatchNorm``, which needs CUDA): the mean and the
+    (biased) variance of every process's rows, through two differentiable all-reduces, and the
+    running statistics updated with the global batch's unbiased variance. Outside training, or
+    with one process, it is ``BatchNorm1d``. The state dict is ``BatchNorm1d``'s."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and is_distributed()):
+            return super().forward(x)
+        x32 = x.float()
+        count = all_reduce_sum(x32.new_tensor([float(x32.size(0))]))
+        mean = all_reduce_sum(x32.sum(0)) / count
+        var = all_reduce_sum(((x32 - mean) ** 2).sum(0)) / count
+        if self.track_running_stats:
+            self._update_running_stats(mean.detach(), var.detach(), count.detach())
+        y = (x32 - mean) * torch.rsqrt(var + self.eps)
+        if self.affine:
+            y = y * self.weight + self.bias
+        return y
+
+    @torch.no_grad()
+    def _update_running_stats(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
+        self.num_batches_tracked += 1
+        factor = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+        unbiased = var * count / (count - 1).clamp(min=1)
+        self.running_mean.mul_(1 - factor).add_(factor * mean)
+        self.running_var.mul_(1 - factor).add_(factor * unbiased)
+
+
+def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
+    """Every ``BatchNorm1d`` of ``module`` turned into a :class:`GlobalBatchNorm` (in place: same
+    parameters and buffers)."""
+    for m in module.modules():
+        if type(m) is torch.nn.BatchNorm1d:
+            m.__class__ = GlobalBatchNorm
+    return module
+
+
 def mean_over_processes(values: torch.Tensor) -> torch.Tensor:
     """The average of a tensor over processes (a logging window's sums)."""
     if not is_distributed():

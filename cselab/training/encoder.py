@@ -76,8 +76,14 @@ class SentenceEncoder(nn.Module):
         """Pooled sentence embeddings ``[B, H]``; with ``output_hidden_states=True`` (or other
         backbone arguments) also the backbone's output: ``(pooled, outputs)``. ``lengths``: the
         rows' real lengths as a CPU tensor when the caller has them (the unpadded forward then
-        needs no device-to-host sync on CUDA)."""
+        needs no device-to-host sync on CUDA); the pooled forward then runs at the batch's natural
+        width, so padding added beyond it (``training.pad_to_multiple_of``) changes no dropout
+        draw (attention dropout is drawn over ``[B, heads, L, L]``). The compiled forward keeps the
+        padding it was given: few distinct shapes, few recompiles."""
         compiled = self._compiled is not None and torch.is_grad_enabled()
+        if lengths is not None and not backbone_kwargs and not compiled and len(lengths):
+            width = int(lengths.max())
+            input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
         if self.unpadded and not backbone_kwargs and not compiled:
             return unpadded.pooled(self.backbone, input_ids, attention_mask, self.pooler, lengths)
         backbone = self._compiled if compiled else self.backbone

@@ -1,9 +1,12 @@
 """The one training loop every method shares: a plain, readable torch loop.
 
 Per step: a shuffled batch of corpus sentences -> the method's ``prepare`` (outside the
-forward, no gradients) -> its forward under autocast (named loss terms) -> AdamW with a linear
-learning-rate decay (the HF Trainer defaults SimCSE used: no weight decay, gradient norm
-clipped at 1.0; ``precision: fp16`` with a gradient scaler, as the references trained). Loss
+forward, no gradients) -> its forward in ``training.precision`` (named loss terms) -> AdamW
+with a linear learning-rate decay (the HF Trainer defaults SimCSE used: no weight decay,
+gradient norm clipped at 1.0). Precision is part of the experiment: the paper configs train
+SimCSE, CompCSE, DiffCSE and InfoCSE in ``fp16`` with a gradient scaler, as their references
+ran ``--fp16``, and the gradient paradigm in ``fp32``, as its scripts did; ``bf16`` autocast is
+an option (no scaler). Loss
 terms are accumulated on the device and read once per logging window. The encoder is scored
 on STS-B dev at multiples of ``eval_steps`` (as the references' trainer does; the last step
 too only with ``eval_at_end``) and the best checkpoint is kept. A pretraining stage runs the
@@ -51,7 +54,8 @@ log = logging.getLogger(__name__)
 
 CURVE_FIELDS = ["step", "epoch", "loss", "lr", "stsb_dev_spearman", "sentences_per_s"]
 DevScore = Callable[[SentenceEncoder], "float | dict"]
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+#: training.precision -> autocast dtype (None: no autocast)
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def set_seed(seed: int) -> None:
@@ -61,15 +65,16 @@ def set_seed(seed: int) -> None:
 
 
 class Precision:
-    """Autocast and loss scaling for one ``training.precision``: ``auto`` (bf16 on CUDA, fp32
-    elsewhere), ``fp32``, ``bf16`` (no scaler needed) or ``fp16`` (with a gradient scaler, as the
-    references' HF Trainer ran ``--fp16``)."""
+    """Autocast and loss scaling for one ``training.precision``: ``fp32`` (no autocast), ``bf16``
+    (autocast, no scaler needed) or ``fp16`` (autocast with a gradient scaler, as the references'
+    HF Trainer ran ``--fp16``). The loss terms are computed in fp32 either way
+    (:func:`cselab.training.losses.fp32`)."""
 
     def __init__(self, name: str, device: torch.device):
-        if name == "auto":
-            name = "bf16" if device.type == "cuda" else "fp32"
+        if name not in DTYPES:
+            raise ConfigError(f"config key 'training.precision': {name!r} is not one of {list(DTYPES)}")
         self.name, self.device = name, device
-        self.dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+        self.dtype = DTYPES[name]
         self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
         if self.scaler.is_enabled():  # a step the scaler skips (overflow) still advances the schedule, as in HF
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
@@ -161,7 +166,7 @@ class TrainResult:
 def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
           on_log: Callable[[dict], None] | None = None, device: str | None = None,
           checkpoint_dir: Path | None = None, artifacts: dict[str, Path] | None = None,
-          token_cache: Path | None = None) -> TrainResult:
+          token_cache: Path | None = None, operational: dict | None = None) -> TrainResult:
     """Train one experiment (or pretraining stage). ``spec`` is ``experiment_spec``'s output.
 
     ``dev_score(encoder)`` returns STS-B dev Spearman x100 (the checkpoint-selection metric), or
@@ -175,8 +180,11 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     when training completes. ``artifacts`` are the upstream artifacts the methods declared.
     ``token_cache`` is the folder of tokenised corpora shared by experiments
     (:func:`cselab.data.tokens.tokenize_corpus`); None tokenises without caching.
+    ``operational``: settings that change how the run goes, not what it computes (logging,
+    checkpoints, processes, compile; :data:`cselab.pipeline.config.OPERATIONAL`): read like
+    training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
-    t = spec["training"]
+    t = {**spec["training"], **(operational or {})}
     set_seed(spec["seed"])  # the same on every process: the data order is shared
     main, world = D.is_main(), D.world_size()
     if device is None:
@@ -187,11 +195,11 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     model_dir = out_dir / "model"
 
     plm_dir = resolve_model(spec["model"])
-    encoder = load_encoder(plm_dir, pooler=t["pooler"], dropout=t.get("dropout")).to(dev)
+    encoder = load_encoder(plm_dir, pooler=t.get("pooler", "cls"), dropout=t.get("dropout")).to(dev)
     padded_because = encoder.use_unpadded(t.get("unpadded", True))
     if padded_because:
         log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
-    objective = build_objective(spec, encoder, artifacts, plm_dir).to(dev)
+    objective = build_objective({**spec, "training": t}, encoder, artifacts, plm_dir).to(dev)
 
     sentences = read_sentences(corpus_path, min_lines=2)
 
@@ -216,24 +224,15 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
                         f"cannot be split into {world} process(es) x {accumulate} accumulation step(s) of at least "
                         "2 sentences; lower training.devices or training.accumulation_steps")
 
-    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
-              *objective.param_groups(t["lr"])]
-    params = [p for g in groups for p in g["params"]]
-    # fused AdamW on CUDA (one kernel for all parameters; no host sync), foreach elsewhere
-    optimizer = torch.optim.AdamW(groups, lr=t["lr"], weight_decay=t.get("weight_decay", 0.0),
-                                  fused=True if dev.type == "cuda" else None)
-    warmup = t.get("warmup_steps", 0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+    optimizer = make_optimizer(encoder, objective, t, dev)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    scheduler = linear_schedule(optimizer, total, warmup_steps(t, total))
     generator = torch.Generator().manual_seed(spec["seed"])
-    precision = Precision(t.get("precision", "auto"), dev)
+    precision = Precision(t.get("precision", "fp32"), dev)
     trainable: nn.Module = Trainable(encoder, objective)
     if world > 1:
-        if t.get("sync_batchnorm"):
-            if dev.type != "cuda":
-                raise ConfigError("config key 'training.sync_batchnorm': SyncBatchNorm needs CUDA devices; "
-                                  f"this job runs on {dev.type}")
-            trainable = nn.SyncBatchNorm.convert_sync_batchnorm(trainable)
+        if t.get("batchnorm_stats", "global") == "global":  # the single-process math, on every backend
+            D.global_batchnorm(trainable)
         # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
         # (static_graph), or on every backward where micro-batches skip the gradient sync
         # (no_sync does not combine with static_graph)
@@ -399,6 +398,35 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     return TrainResult(best_step=best_step, best_dev=best_dev, steps=step, train_seconds=train_time,
                        sentences_per_s=seen / train_time if train_time else float("nan"), curve=curve,
                        resumed_from=resumed_from)
+
+def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch.device) -> torch.optim.AdamW:
+    """AdamW over the encoder and the methods' parameter groups. With ``weight_decay``, biases
+    and LayerNorm weights are not decayed (the HF Trainer's rule, which the references used);
+    fused on CUDA (one kernel for all parameters, no host sync), foreach elsewhere."""
+    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
+              *objective.param_groups(t["lr"])]
+    decay = t.get("weight_decay", 0.0)
+    if decay:
+        exempt = {id(p) for module in (encoder, objective) for m in module.modules()
+                  for name, p in m.named_parameters(recurse=False)
+                  if name == "bias" or isinstance(m, nn.LayerNorm) or "layernorm" in type(m).__name__.lower()}
+        groups = [{**g, "params": ps, "weight_decay": wd} for g in groups
+                  for ps, wd in (([p for p in g["params"] if id(p) not in exempt], decay),
+                                 ([p for p in g["params"] if id(p) in exempt], 0.0)) if ps]
+    return torch.optim.AdamW(groups, lr=t["lr"], weight_decay=decay, fused=True if dev.type == "cuda" else None)
+
+
+def warmup_steps(t: dict, total: int) -> int:
+    """``warmup_steps``, or ``ceil(warmup_ratio * total)`` (the HF Trainer's rounding)."""
+    return t.get("warmup_steps") or math.ceil(t.get("warmup_ratio", 0.0) * total)
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The HF Trainer's linear schedule: from 0 up to ``lr`` over ``warmup`` steps, then down to 0
+    at step ``total`` (the first step of a warm-up trains at lr 0, as there)."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+
 
 def train_job(kwargs: dict) -> TrainResult:
     """:func:`train` with its arguments in one picklable dict: the entry of a multi-process job

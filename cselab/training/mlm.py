@@ -24,11 +24,16 @@ HEAD_FILE = "mlm_head.pt"   # a checkpoint folder's MLM head when its format has
 
 
 def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: float, tokenizer,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                generator: torch.Generator | None = None,
+                word_starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking (Devlin et al., 2019): each real, non-special token is selected with
     probability ``rate``; of the selected, 80% become ``[MASK]``, 10% a random token, 10% stay.
-    Returns ``(masked_ids, labels)`` with ``labels`` the original id at selected positions and
-    -100 elsewhere. Vectorised; no Python loop over tokens."""
+    With ``word_starts`` (:func:`word_start_table`), whole words are selected together (each
+    word with probability ``rate``, all its sub-tokens with it: the whole-word masking of
+    Condenser's pretraining). Returns ``(masked_ids, labels)`` with ``labels`` the original id at
+    selected positions and -100 elsewhere. Vectorised; no Python loop over tokens.
+    The draws cover the tensors' shape: callers pass the batch at its natural width
+    (:func:`natural`), so padding added beyond it changes no draw."""
     special = torch.zeros_like(input_ids, dtype=torch.bool)
     for tid in {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
                 tokenizer.bos_token_id, tokenizer.eos_token_id} - {None}:
@@ -38,7 +43,10 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: flo
     def uniform():
         return torch.rand(input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
 
-    selected = candidates & (uniform() < rate)
+    draw = uniform()
+    if word_starts is not None:  # every sub-token takes its word's first token's draw
+        draw = draw.gather(1, _word_start_positions(input_ids, candidates, word_starts))
+    selected = candidates & (draw < rate)
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
     draw = uniform()
     masked = torch.where(selected & (draw < 0.8), tokenizer.mask_token_id, input_ids)
@@ -46,6 +54,48 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: flo
     vocab = len(tokenizer)
     random_ids = torch.randint(vocab, input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
     return torch.where(random_pos, random_ids, masked), labels  # torch.where: no device sync (unlike x[mask] = v)
+
+
+def natural(batch: dict, *keys: str) -> tuple[torch.Tensor, ...]:
+    """``batch[key]`` for each key, cut to the batch's natural width (:func:`batch_width`): what a
+    method draws random numbers over or runs extra networks on, so that padding a caller added
+    (``training.pad_to_multiple_of``, ``compile``) changes no number."""
+    width = batch_width(batch)
+    return tuple(batch[k] if width is None else batch[k][:, :width] for k in keys)
+
+
+def batch_width(batch: dict) -> int | None:
+    """A training batch's natural padded length (its longest row's real tokens) from the host-side
+    ``lengths`` the batch builder passes (no device sync); None when the batch has none."""
+    lengths = batch.get("lengths")
+    return int(lengths.max()) if lengths is not None and len(lengths) else None
+
+
+def word_start_table(tokenizer) -> torch.Tensor:
+    """``[vocab]`` bool: whether a token begins a word. WordPiece continues a word with ``##``
+    pieces; byte-level BPE (RoBERTa) and SentencePiece begin one with ``Ġ`` / ``▁``."""
+    vocab = tokenizer.get_vocab()
+    table = torch.ones(max(len(tokenizer), max(vocab.values()) + 1), dtype=torch.bool)
+    tokens = list(vocab)
+    if any(t.startswith("##") for t in tokens):
+        for t, i in vocab.items():
+            table[i] = not t.startswith("##")
+    else:
+        marker = "\u0120" if any(t.startswith("\u0120") for t in tokens) else "\u2581"
+        for t, i in vocab.items():
+            table[i] = t.startswith(marker)
+    return table
+
+
+def _word_start_positions(input_ids: torch.Tensor, candidates: torch.Tensor, word_starts: torch.Tensor):
+    """For each position, the position of the first token of its word (a candidate token that
+    begins a word, or follows a non-candidate, starts one)."""
+    begins = word_starts.to(input_ids.device)[input_ids.clamp(max=len(word_starts) - 1)]
+    after_other = torch.ones_like(candidates)
+    after_other[:, 1:] = ~candidates[:, :-1]
+    start = candidates & (begins | after_other) | ~candidates
+    positions = torch.arange(input_ids.size(1), device=input_ids.device).expand_as(input_ids)
+    return torch.where(start, positions, torch.zeros_like(positions)).cummax(dim=1).values
 
 
 def mlm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -173,19 +223,13 @@ def run_layers(stack, hidden: torch.Tensor, attention_mask: torch.Tensor) -> tor
 
 
 class LowerLayers(nn.Module):
-    """The embeddings and the lowest ``k`` layers of a backbone: ``forward`` returns the k-th
-    layer's hidden states. ``copy=True`` holds its own copy (a frozen auxiliary input);
-    otherwise it runs the backbone's own modules (gradients reach the encoder)."""
+    """A copy of the embeddings and the lowest ``k`` layers of a backbone: ``forward`` returns
+    the k-th layer's hidden states (InfoCSE's auxiliary network's own lower layers)."""
 
-    def __init__(self, backbone: nn.Module, k: int, copy_modules: bool = True):
+    def __init__(self, backbone: nn.Module, k: int):
         super().__init__()
-        embeddings, stack = backbone.embeddings, layers(backbone)[:k]
-        if copy_modules:
-            embeddings, stack = copy.deepcopy(embeddings), copy.deepcopy(stack)
-            self.embeddings, self.stack = embeddings, stack
-        else:  # not registered: the encoder owns (and optimises, and checkpoints) them
-            object.__setattr__(self, "embeddings", embeddings)
-            object.__setattr__(self, "stack", stack)
+        self.embeddings = copy.deepcopy(backbone.embeddings)
+        self.stack = copy.deepcopy(layers(backbone)[:k])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.embeddings(input_ids=input_ids, token_type_ids=torch.zeros_like(input_ids))

@@ -21,9 +21,10 @@ log = logging.getLogger("cselab")
 FAMILIES = ("data", "train", "evaluate", "report")
 
 
-def run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None):
+def run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None,
+        resume: str | None = None):
     """The job's MLflow run (its source is the rule's own script); a remote tracking server is
-    checked first (``mlflow.fallback``)."""
+    checked first (``mlflow.fallback``); ``resume``: an interrupted attempt's run to continue."""
     from cselab.pipeline.config import tracking_uri
     from cselab.pipeline.tracking import mlflow_run
 
@@ -31,7 +32,7 @@ def run(smk, experiment_id: str | None = None, params: dict | None = None, label
     return mlflow_run(uri=tracking_uri(smk.config), fallback=mlcfg.get("fallback", "none"),
                       experiment_name=mlcfg["experiment_name"], rule=smk.rule, experiment_id=experiment_id,
                       params=params, label=label, tags={"snakemake.jobid": getattr(smk, "jobid", "")},
-                      source=f"workflow_scripts/{smk.cselab_job}.py")
+                      source=f"workflow_scripts/{smk.cselab_job}.py", resume=resume)
 
 
 def senteval_root(manifest: str | Path) -> Path:

@@ -1,18 +1,47 @@
 """Jobs of the training rules: ``train`` (an experiment) and ``pretrain`` (a pretraining stage
-for one PLM), both the shared training loop; resumable from ``training.checkpoint_steps``."""
+for one PLM), both the shared training loop; resumable from ``training.checkpoint_steps``.
+
+A job killed after a checkpoint resumes from it and continues its own MLflow run (the run id is
+kept in the job's folder until it completes); one that restarts from scratch marks the
+interrupted run KILLED, pointing to the new one."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 from functools import lru_cache, partial
 from pathlib import Path
 
 import pandas as pd
 
 from cselab.io import write_json
-from cselab.pipeline import outputs
+from cselab.pipeline import outputs, tracking
 from cselab.pipeline.jobs import run, senteval_root
 
 JOBS = ("train", "pretrain")
+
+
+def _artifacts(smk) -> dict[str, Path]:
+    return {role: Path(p) for role, p in smk.params.artifacts.items()}
+
+
+@contextlib.contextmanager
+def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
+    """The job's MLflow run: the interrupted attempt's run when the loop will resume its
+    checkpoint, else a new one (the interrupted one retired)."""
+    from cselab.training.checkpoints import Checkpoints, fingerprint
+
+    previous = tracking.previous_run(out_dir)
+    resumable = previous is not None and Checkpoints(
+        out_dir / "resume", fingerprint(spec, Path(smk.input.corpus), _artifacts(smk))).peek() is not None
+    params = {**spec, "operational": ops, **world_params(ops)}
+    with run(smk, experiment_id=spec["id"], params=params, resume=previous if resumable else None,
+             **run_kwargs) as r:
+        if previous is not None and previous != r.run_id:
+            tracking.retire(previous, successor=r.run_id)
+        tracking.remember_run(out_dir, r.run_id)
+        yield r
+    tracking.forget_run(out_dir)
 
 
 def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
@@ -22,10 +51,9 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
     from cselab.training import distributed
     from cselab.training.loop import train_job
 
-    artifacts = {role: Path(p) for role, p in smk.params.artifacts.items()}
-    kwargs = {"spec": {**spec, "training": {**spec["training"], **ops}}, "corpus_path": Path(smk.input.corpus),
-              "dev_score": dev_score, "out_dir": out_dir, "on_log": RunMetrics.of(r),
-              "checkpoint_dir": out_dir / "resume", "artifacts": artifacts, "token_cache": Path(outputs.TOKEN_CACHE)}
+    kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
+              "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
+              "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
     devices, nodes = ops.get("devices", 1), ops.get("nodes", 1)
     if devices * nodes == 1:
         return train_job(kwargs)
@@ -56,12 +84,19 @@ def world_params(ops: dict) -> dict:
     return {"world_size": ops.get("devices", 1) * ops.get("nodes", 1)}
 
 
-def _summary(result, r) -> dict:
-    r.log_metrics({"best_stsb_dev_spearman": result.best_dev, "best_step": result.best_step,
-                   "train_seconds": result.train_seconds, "train_sentences_per_s": result.sentences_per_s})
-    return {"best_step": result.best_step, "stsb_dev_spearman": result.best_dev, "steps": result.steps,
-            "train_seconds": result.train_seconds, "sentences_per_s": result.sentences_per_s,
-            "resumed_from_step": result.resumed_from, "mlflow_run_id": r.run_id}
+def _summary(result, r, scored: bool) -> dict:
+    """The run's summary metrics and JSON; a job that scored no STS-B dev (a pretraining stage, or
+    no evaluation step) reports no score (never NaN, which is not JSON)."""
+    metrics = {"train_seconds": result.train_seconds, "train_sentences_per_s": result.sentences_per_s,
+               "resumed_from_step": result.resumed_from}
+    summary = {"steps": result.steps, "train_seconds": result.train_seconds,
+               "sentences_per_s": result.sentences_per_s, "resumed_from_step": result.resumed_from}
+    if scored:
+        best = None if math.isnan(result.best_dev) else result.best_dev
+        metrics.update(best_stsb_dev_spearman=best, best_step=result.best_step)
+        summary.update(best_step=result.best_step, stsb_dev_spearman=best)
+    r.log_metrics({k: v for k, v in metrics.items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
+    return {**summary, "mlflow_run_id": r.run_id}
 
 
 def train(smk) -> None:
@@ -72,10 +107,10 @@ def train(smk) -> None:
     ops = operational_settings(validate(smk.config), spec["id"])
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
-                        batch_size=spec["training"].get("dev_batch_size", 128))
-    with run(smk, experiment_id=spec["id"], params={**spec, "operational": ops, **world_params(ops)}) as r:
+                        batch_size=ops.get("dev_batch_size", 128))
+    with _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
-        write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r),
+        write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
         r.log_artifact(smk.output.curve)
         r.log_artifact(smk.output.summary)
@@ -89,12 +124,11 @@ def pretrain(smk) -> None:
     spec = smk.params.spec
     ops = operational_settings(validate(smk.config), stage=spec["name"])
     out_dir = Path(smk.output.model).parent
-    with run(smk, experiment_id=spec["id"], params={**spec, "operational": ops, **world_params(ops)},
-             label=spec["id"]) as r:
+    with _job_run(smk, spec, ops, out_dir, label=spec["id"]) as r:
         result = _loop(smk, spec, ops, out_dir, None, r)
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec["name"], "spec": spec, "steps": result.steps})
-        write_json(smk.output.summary, {"stage": spec["id"], **_summary(result, r)})
+        write_json(smk.output.summary, {"stage": spec["id"], **_summary(result, r, scored=False)})
         from cselab.reporting.figures import figure_loss_terms
 
         figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec['id']}: loss terms")

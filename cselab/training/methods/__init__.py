@@ -130,6 +130,15 @@ class Method(nn.Module):
         """Return (key, message) for an invalid option value, or None."""
         return None
 
+    #: training settings the method reads (besides the loop's own): its spec holds them; a
+    #: method that encodes sentences through the encoder's pooled forward reads pooler and unpadded
+    training_keys: ClassVar[tuple[str, ...]] = ("pooler", "unpadded")
+
+    @classmethod
+    def used_training_keys(cls, options) -> tuple[str, ...]:
+        """:attr:`training_keys`, plus ``batchnorm_stats`` when the method's head has BatchNorm."""
+        return cls.training_keys + (("batchnorm_stats",) if getattr(options, "head", None) == "batchnorm" else ())
+
     @classmethod
     def requires(cls, options) -> dict[str, str]:
         """Upstream artifacts: role -> name of a ``pretraining:`` entry (built per PLM)."""

@@ -128,6 +128,7 @@ class CompCSE(Method):
     """
 
     name = "compcse"
+    training_keys = ("temperature", "pooler", "unpadded")
 
     @dataclasses.dataclass
     class Options:

@@ -46,6 +46,7 @@ class RTD(Method):
 
     name = "rtd"
     roles = ("auxiliary",)
+    training_keys = ()  # reads the primary's views
 
     @dataclasses.dataclass
     class Options:
@@ -103,7 +104,9 @@ class RTD(Method):
 
     def prepare(self, batch):
         views = self.options.views
-        ids, attn = batch["input_ids"].repeat(views, 1), batch["attention_mask"].repeat(views, 1)
+        # the batch's natural width: the draws, the generator and the RTD mean (over every position
+        # of the natural padding, as the code) do not see padding added by pad_to_multiple_of / compile
+        ids, attn = (x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
         masked, _ = mlm.mask_tokens(ids, attn, self.options.mask_ratio, self.ctx.tokenizer)
         with torch.no_grad():
             filled = self.generator(masked, attn).argmax(-1)

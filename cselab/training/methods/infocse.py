@@ -1,27 +1,33 @@
 """InfoCSE (Wu et al., 2022): an auxiliary MLM network that must reconstruct masked tokens from
 the sentence's [CLS] vector, so [CLS] aggregates the sentence's information.
 
-The auxiliary network is the backbone's lower half of layers (BERT-base: 6), then 2 extra
-transformer layers and an MLM head. Its input is ``[h ; M^{>0}]``: the sentence encoder's
-top-layer [CLS] ``h`` of the unmasked sentence at position 0, then the lower half's hidden
+The auxiliary network is the backbone's lower layers (BERT-base and BERT-large: 6, the authors'
+``--skip_from 6``), then 2 extra transformer layers and an MLM head. Its input is
+``[h ; M^{>0}]``: a top-layer [CLS] vector ``h`` at position 0, then the lower layers' hidden
 states of the masked sentence at every other position (Condenser's head over a lower layer's
 states, Gao and Callan, 2021).
 
 Two methods, two stages:
 
 - ``infocse_pretrain`` (stage 1, a ``pretraining:`` entry built by ``rule pretrain``): the
-  lower half is shared with the backbone; ``L_aux + mlm_weight * L_mlm`` (both masked-token
-  cross-entropies; ``L_mlm`` is BERT's own MLM on the top layer, its decoder tied to the input
-  embeddings). Exports the backbone, the extra layers and the MLM head.
+  lower layers are shared with the backbone, and "two MLM objectives [are optimised]
+  simultaneously using the same input" (section 3.1): one masked input, one backbone forward;
+  ``h`` is that forward's top-layer [CLS] and ``M^{>0}`` its lower layers' states (Condenser
+  does the same). ``L_aux + mlm_weight * L_mlm`` (both masked-token cross-entropies; ``L_mlm``
+  is BERT's own MLM on the top layer, its decoder tied to the input embeddings). Condenser's
+  whole-word masking. Exports the backbone, the extra layers and the MLM head.
 - ``infocse_mlm`` (stage 2, an auxiliary objective beside SimCSE's contrastive loss, weight
-  lambda = 1e-5): the encoder starts from stage 1's backbone; the lower half is a frozen copy
-  whose output carries no gradient (``detach``), so the MLM gradient reaches the encoder only
-  through ``h``; the extra layers and the head (an untied copy of stage 1's) train with it.
-  Both dropout views are masked independently and each reconstructs from its own ``h``.
+  lambda = 1e-5): the encoder starts from stage 1's backbone; the auxiliary network "no longer
+  shares the lower six layers with BERT" (section 3.2): it has its own copy of them (from stage
+  1), frozen, whose output carries no gradient (``detach``), so the MLM gradient reaches the
+  encoder only through ``h``, the contrastive view's [CLS]; the extra layers and the head (an
+  untied copy of stage 1's) train with it. Both dropout views are masked independently and each
+  reconstructs from its own ``h``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -74,15 +80,23 @@ class AuxNetwork(torch.nn.Module):
 class InfoCSEPretrain(Method):
     """Stage 1: pretrain the auxiliary network together with the backbone (a pretraining stage).
 
-    Options: ``mask_rate`` (0.15, BERT's), ``lower_layers`` (null: half the backbone's layers),
-    ``extra_layers`` (2), ``mlm_weight`` (1.0: the paper's ``L_aux + L_mlm``).
+    One masked input and one backbone forward per step: BERT's MLM reads the top layer; the
+    auxiliary network reads ``[h ; M^{>0}]`` of the same forward (``h`` its top-layer [CLS],
+    ``M`` its ``lower_layers``-th layer's states).
+
+    Options: ``mask_rate`` (0.15, Condenser's), ``whole_word`` (true: whole-word masking, as
+    Condenser's collator; false: BERT's per-token masking), ``lower_layers`` (null: half the
+    backbone's layers; the paper configs set 6, the authors' ``--skip_from 6`` for base and
+    large), ``extra_layers`` (2), ``mlm_weight`` (1.0: the paper's ``L_aux + L_mlm``).
     """
 
     name = "infocse_pretrain"
+    training_keys = ()  # the backbone's own forward only
 
     @dataclasses.dataclass
     class Options:
         mask_rate: float = 0.15
+        whole_word: bool = True
         lower_layers: int | None = None
         extra_layers: int = 2
         mlm_weight: float = 1.0
@@ -98,6 +112,7 @@ class InfoCSEPretrain(Method):
         self.aux = AuxNetwork(backbone, self.options.extra_layers, ctx.model_dir)
         self.mlm_head = self.aux.head  # BERT's MLM on the top layer shares the head ...
         self.aux.head.decoder.weight = backbone.embeddings.word_embeddings.weight  # ... tied to the embeddings
+        self.word_starts = mlm.word_start_table(ctx.tokenizer) if self.options.whole_word else None
 
     def param_groups(self, lr):
         shared = {id(p) for p in self.ctx.encoder.parameters()}
@@ -105,17 +120,17 @@ class InfoCSEPretrain(Method):
         return [{"params": own, "lr": lr}]
 
     def prepare(self, batch):
-        ids, labels = mlm.mask_tokens(batch["input_ids"], batch["attention_mask"], self.options.mask_rate,
-                                      self.ctx.tokenizer)
-        return {**batch, "mlm_input_ids": ids, "mlm_labels": labels}
+        ids, mask = mlm.natural(batch, "input_ids", "attention_mask")  # extra padding changes nothing
+        ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_rate, self.ctx.tokenizer,
+                                      word_starts=self.word_starts)
+        return {**batch, "mlm_input_ids": ids, "mlm_attention_mask": mask, "mlm_labels": labels}
 
     def forward(self, batch, shared):
-        encoder, mask = self.ctx.encoder, batch["attention_mask"]
-        h = encoder(batch["input_ids"], mask, lengths=batch.get("lengths"))  # top-layer [CLS], unmasked
-        _, out = encoder(batch["mlm_input_ids"], mask, output_hidden_states=True)
-        lower = out.hidden_states[self.k]
-        labels = batch["mlm_labels"]
-        terms = {"aux": self.aux.loss(h, lower, mask, labels),
+        mask, labels = batch["mlm_attention_mask"], batch["mlm_labels"]
+        out = self.ctx.encoder.backbone(input_ids=batch["mlm_input_ids"], attention_mask=mask,
+                                        output_hidden_states=True)
+        h = out.last_hidden_state[:, 0]  # the masked forward's top-layer [CLS] (the paper's 12-cls)
+        terms = {"aux": self.aux.loss(h, out.hidden_states[self.k], mask, labels),
                  "mlm": self.options.mlm_weight * mlm.mlm_loss(self.mlm_head, out.last_hidden_state, labels)}
         return Output(terms, {"masked_share": (labels != mlm.IGNORE).float().sum() / mask.sum()})
 
@@ -135,24 +150,28 @@ class InfoCSEMLM(Method):
     contrastive method (``methods.infocse`` in the config: SimCSE with the BatchNorm projector
     plus this at weight 1e-5).
 
-    Options: ``mask_rate`` (0.4, the paper's best), ``detach`` (true: the lower half is a frozen
-    copy without gradient; false: the encoder's own lower layers, so the MLM gradient also
-    reaches them: InfoCSE Table 6), ``pretrained`` (true: start the encoder and the auxiliary
-    network from ``stage``, the stage-1 export; false: no stage 1, new extra layers and head:
-    Table 4), ``stage`` (the ``pretraining:`` entry), ``lower_layers`` / ``extra_layers``
-    (without stage 1; with it they come from the export), ``extra_init`` (without stage 1:
-    ``top``, copies of the backbone's upper layers as the paper's Table 4 does, or ``random``),
-    ``views`` (how many views of the batch the primary encodes; each is masked and
-    reconstructed).
+    Options: ``mask_rate`` (0.4, the paper's best for BERT-base; the authors' BERT-large script:
+    0.3), ``detach`` (true: the auxiliary network's own lower layers are frozen and their output
+    detached; false: that copy trains with the MLM gradient, InfoCSE Table 6 "w/o gradient
+    detach"; the encoder's lower layers are not involved either way), ``lower_dropout`` (the
+    frozen copy keeps dropout on: the authors' BERT-large script; the base script puts it in eval
+    mode), ``pretrained`` (true: start the encoder and the auxiliary network from ``stage``, the
+    stage-1 export; false: no stage 1, new extra layers and head: Table 4), ``stage`` (the
+    ``pretraining:`` entry), ``lower_layers`` / ``extra_layers`` (without stage 1; with it they
+    come from the export), ``extra_init`` (without stage 1: ``top``, copies of the backbone's
+    upper layers as the paper's Table 4 does, or ``random``), ``views`` (how many views of the
+    batch the primary encodes; each is masked and reconstructed).
     """
 
     name = "infocse_mlm"
     roles = ("auxiliary",)
+    training_keys = ()  # reads the primary's views
 
     @dataclasses.dataclass
     class Options:
         mask_rate: float = 0.4
         detach: bool = True
+        lower_dropout: bool = False
         pretrained: bool = True
         stage: str = "infocse-pretrain"
         lower_layers: int | None = None
@@ -169,6 +188,8 @@ class InfoCSEMLM(Method):
             return "extra_init", f"must be 'top' or 'random', got {o.extra_init!r}"
         if not isinstance(o.views, int) or o.views < 1:
             return "views", f"must be a positive integer, got {o.views!r}"
+        if o.lower_dropout and not o.detach:
+            return "lower_dropout", "applies to the frozen copy (detach: true); without detach the copy trains"
         return None
 
     @classmethod
@@ -189,10 +210,11 @@ class InfoCSEMLM(Method):
         else:
             self.k = _lower(ctx, o.lower_layers)
             self.aux = AuxNetwork(backbone, o.extra_layers, ctx.model_dir, from_top=o.extra_init == "top")
+        lower = mlm.LowerLayers(backbone, self.k)  # the auxiliary network's own copy (stage 1's lower layers)
         if o.detach:
-            self.lower = self.freeze("lower", mlm.LowerLayers(backbone, self.k, copy_modules=True), train_mode=False)
+            self.lower = self.freeze("lower", lower, train_mode=o.lower_dropout)
         else:
-            self.lower = mlm.LowerLayers(backbone, self.k, copy_modules=False)
+            self.lower = lower  # a submodule: optimised and checkpointed with the method
 
     def _load_backbone(self, stage_dir):
         from transformers import AutoModel
@@ -207,17 +229,14 @@ class InfoCSEMLM(Method):
 
     def prepare(self, batch):
         views = self.options.views
-        ids, labels = mlm.mask_tokens(batch["input_ids"].repeat(views, 1), batch["attention_mask"].repeat(views, 1),
-                                      self.options.mask_rate, self.ctx.tokenizer)
-        return {**batch, "aux_input_ids": ids, "aux_labels": labels}
+        ids, mask = (x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
+        ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_rate, self.ctx.tokenizer)
+        return {**batch, "aux_input_ids": ids, "aux_attention_mask": mask, "aux_labels": labels}
 
     def forward(self, batch, shared):
         h = primary_views(shared, "pooled", batch["aux_input_ids"].size(0), self.name, "pooled [CLS]",
                           self.options.views)
-        mask = batch["attention_mask"].repeat(self.options.views, 1)
-        if self.options.detach:
-            with torch.no_grad():
-                lower = self.lower(batch["aux_input_ids"], mask)
-        else:
+        mask = batch["aux_attention_mask"]
+        with torch.no_grad() if self.options.detach else contextlib.nullcontext():
             lower = self.lower(batch["aux_input_ids"], mask)
         return Output({"mlm": self.aux.loss(h, lower, mask, batch["aux_labels"])})

@@ -49,6 +49,7 @@ class Paradigm(Method):
     """
 
     name = "paradigm"
+    training_keys = ("temperature", "pooler", "unpadded")
 
     @dataclasses.dataclass
     class Options:

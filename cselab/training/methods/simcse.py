@@ -20,6 +20,7 @@ class SimCSE(Method):
     """
 
     name = "simcse"
+    training_keys = ("temperature", "pooler", "unpadded")
 
     @dataclasses.dataclass
     class Options:
