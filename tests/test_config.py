@@ -129,7 +129,7 @@ def test_methods_table_reuses_equivalent_experiments(smoke):
     # experiment with exactly its defaults at smoke scale, so it gets one
     assert cfg["tables"]["methods"]["experiments"] == [
         "simcse-minilm", "compcse-minilm", "bench-paradigm-minilm", "gp-mhe-mod-minilm", "gp-mhs-mod-minilm",
-        "gp-bt-mod-minilm", "gp-vicreg-mod-minilm", "infocse-minilm", "diffcse-minilm"]
+        "gp-bt-mod-minilm", "gp-vicreg-mod-minilm", "infocse-minilm", "diffcse-minilm", "edit-neg-mlm-minilm"]
     cfg = cc.validate(deep_update(smoke, {"tables": {"methods": {"kind": "methods", "plm": "minilm",
                                                                   "methods": ["simcse", "compcse"],
                                                                   "training": {"max_steps": 20}}}}))

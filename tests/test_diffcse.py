@@ -195,3 +195,75 @@ def test_training_losses_do_not_depend_on_pad_to_multiple_of(tiny_bert, generato
         term = "loss.rtd" if auxiliary == "rtd" else "loss.mlm"
         losses.append([(r["loss"], r[term]) for r in res.curve if "loss" in r])
     assert len(losses[0]) == 4 and losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def build_aux(tiny_bert, name, **options):
+    encoder = load_encoder(tiny_bert)
+    spec = {"objective": "simcse", "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+            "auxiliaries": {name: {"weight": 1.0, "options": options}}}
+    objective = build_objective(spec, encoder, {}, tiny_bert)
+    objective.train()
+    return encoder, objective
+
+
+def test_conditional_mlm_predicts_the_masked_same_sentence_from_h(tiny_bert):
+    """DiffCSE Table 3's conditional MLM: the masked sentence, h at position 0, an MLM head."""
+    encoder, objective = build_aux(tiny_bert, "cmlm")
+    cmlm = objective.components[1]
+    torch.manual_seed(0)
+    b = objective.prepare(batch(encoder))
+    labels = b["cmlm_labels"]
+    assert b["cmlm_input_ids"].shape[0] == 2 * len(SENTENCES) and (labels != -100).any()
+    masked = labels != -100
+    assert (b["cmlm_input_ids"][masked] != labels[masked]).float().mean() > 0.5  # mostly [MASK]
+    h = torch.randn(8, encoder.hidden_size, requires_grad=True)
+    loss = cmlm(b, {"projected": h}).losses["cmlm"]
+    loss.backward()
+    assert h.grad.abs().sum() > 0 and cmlm.discriminator.encoder.layer[0].output.dense.weight.grad is not None
+    other = cmlm(b, {"projected": h.detach() + 1.0}).losses["cmlm"]
+    assert other.item() != pytest.approx(loss.item())  # the prediction depends on h
+    _, full = objective(b)[:2]
+    assert set(full) == {"contrastive", "cmlm", "total"}
+
+
+def test_corrective_lm_recovers_the_original_tokens_with_a_copy_mechanism(tiny_bert, generator):
+    encoder, objective = build_aux(tiny_bert, "corrective_lm", generator=str(generator))
+    clm = objective.components[1]
+    torch.manual_seed(0)
+    b = objective.prepare(batch(encoder))
+    assert torch.equal(b["clm_targets"], b["input_ids"].repeat(2, 1))
+    assert (b["clm_input_ids"] != b["clm_targets"]).any()  # the generator replaced tokens
+    h = torch.randn(8, encoder.hidden_size, requires_grad=True)
+    out = clm(b, {"projected": h})
+    out.losses["clm"].backward()
+    assert h.grad.abs().sum() > 0 and clm.copy_head.weight.grad is not None and clm.lm_head.decoder.weight.grad is not None
+    assert 0 < out.scalars["clm_copy_loss"].item() < out.losses["clm"].item()
+    with pytest.raises(ConfigError, match="'options.augment': the corrective LM"):
+        build_aux(tiny_bert, "corrective_lm", generator=str(generator), augment="insert")
+
+
+@pytest.mark.parametrize("use,augment", [("negative", "replace"), ("positive", "delete"), ("negative", "insert")])
+def test_edits_as_extra_positives_or_negatives(tiny_bert, generator, use, augment):
+    """DiffCSE Table 15: SimCSE with each sentence's edit as an extra negative (2N candidates per
+    anchor) or an extra positive (the mean of two InfoNCE terms)."""
+    from cselab.training.losses import info_nce, info_nce_hard_negatives
+
+    encoder = load_encoder(tiny_bert)
+    spec = {"objective": "simcse_edits", "training": {"temperature": 0.05}, "auxiliaries": {},
+            "options": {"use": use, "augment": augment, "generator": str(generator)}}
+    objective = build_objective(spec, encoder, {}, tiny_bert)
+    objective.train()
+    torch.manual_seed(0)
+    b = objective.prepare({**batch(encoder), "lengths": batch(encoder)["attention_mask"].sum(1)})
+    if augment == "delete":
+        assert (b["edit_attention_mask"].sum(1) < b["attention_mask"].sum(1)).all()
+        assert torch.equal(b["edit_lengths"], b["edit_attention_mask"].sum(1))
+    loss, terms, _ = objective(b)
+    loss.backward()
+    assert terms["contrastive"].item() > 0 and encoder.backbone.embeddings.word_embeddings.weight.grad is not None
+    u, v, e = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
+    hard = info_nce_hard_negatives(u, torch.stack([v, e], 1), 0.05)
+    sim = torch.cat([torch.nn.functional.normalize(u, dim=-1) @ torch.nn.functional.normalize(v, dim=-1).T,
+                     torch.nn.functional.normalize(u, dim=-1) @ torch.nn.functional.normalize(e, dim=-1).T], 1)
+    assert hard.item() == pytest.approx(torch.nn.functional.cross_entropy(sim / 0.05, torch.arange(4)).item(), rel=1e-5)
+    assert hard.item() > info_nce(u, v, 0.05).item()  # more negatives, a larger loss

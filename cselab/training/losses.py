@@ -49,6 +49,17 @@ def info_nce(anchor: torch.Tensor, positive: torch.Tensor, temperature: float,
         return F.cross_entropy(sim / temperature, labels)
 
 
+@in_batch
+def info_nce_hard_negatives(anchor: torch.Tensor, candidates: torch.Tensor, temperature: float) -> torch.Tensor:
+    """InfoNCE with one extra negative per sentence (supervised SimCSE's hard negatives, Gao et
+    al., 2021, section 4; DiffCSE Table 15's edits as negatives): ``candidates`` ``[N, 2, d]``
+    holds each sentence's positive and its extra negative; every anchor is scored against all
+    ``2N`` of them (``[s(a_i, p_j) ; s(a_i, n_j)]``), label ``i``."""
+    sim = torch.cat([cosine_matrix(anchor, candidates[:, 0]), cosine_matrix(anchor, candidates[:, 1])], dim=1)
+    with fp32(sim.device):
+        return F.cross_entropy(sim / temperature, torch.arange(sim.size(0), device=sim.device))
+
+
 # ---------------------------------------------------------------------------------------------
 # The losses of the unified gradient paradigm (Li, Zhang, Nie, 2024). ``u``, ``v``: the two
 # views' embeddings [N, d] (normalised here); s_ij = u_i . v_j. Effective losses first (its

@@ -1,6 +1,6 @@
 """DiffCSE (Chuang et al., 2022): conditional replaced-token detection (RTD) as an auxiliary
 objective beside SimCSE's contrastive loss, so the sentence embedding is aware of (equivariant
-to) MLM edits of its sentence.
+to) MLM edits of its sentence, and the conditional objectives its Table 3 compares with it.
 
 A frozen masked LM, the *generator*, fills the masked positions of each view (argmax over the
 vocabulary, at every position as the authors' code does; position 0 stays [CLS]). A second
@@ -8,15 +8,21 @@ copy of the PLM, the *discriminator* (trained), reads the edited sentence with i
 input embedding (after the embedding LayerNorm and dropout) replaced by the view's sentence
 embedding from the training head, and a ``Linear(H, 2)`` tags every token replaced or
 original (a token the generator restored is original). The cross-entropy averages over every
-position of the batch, padding included, as the code does. The gradient reaches the encoder
-through the sentence embedding only. On an unmodified transformers model the position-0
-replacement is a forward hook on the discriminator's embedding module (ELECTRA's generator /
-discriminator split, Clark et al., 2020, conditioned on the sentence vector).
+position of the batch's natural padding, as the code does (padding a caller adds beyond it,
+``training.pad_to_multiple_of``, is never seen). The gradient reaches the encoder through the
+sentence embedding only. On an unmodified transformers model the position-0 replacement is a
+forward hook on the discriminator's embedding module (ELECTRA's generator / discriminator
+split, Clark et al., 2020, conditioned on the sentence vector).
 
 ``augment`` picks the edit (DiffCSE Table 4): ``replace`` (MLM replacement, the method),
 ``insert`` ([MASK] tokens inserted at random positions, 15% of the length, filled by the
 generator; label: inserted), ``delete`` (15% of the tokens deleted; label: the token before
 it was deleted), ``all`` (each sentence gets one of the three at random).
+
+The Table 3 variants replace RTD's binary head, conditioned the same way: ``cmlm`` (the
+conditional MLM of Yang et al., 2020, on the same sentence: predict its masked tokens) and
+``corrective_lm`` (COCO-LM's corrective language modelling, Meng et al., 2021: recover the
+original token at every position of the edited sentence with a copy mechanism).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cselab.errors import ConfigError
 from cselab.training import mlm
 from cselab.training.losses import fp32
 from cselab.training.methods import Method, Output, primary_views
@@ -34,64 +41,115 @@ from cselab.training.methods import Method, Output, primary_views
 AUGMENTS = ("replace", "insert", "delete", "all")
 
 
-class RTD(Method):
-    """Conditional replaced-token detection (DiffCSE's auxiliary objective, weight lambda).
+def load_generator(ctx, generator: str | None) -> mlm.MaskedLM:
+    """The frozen generator: a masked LM's hub id or path, else the declared stage export; it must
+    share the PLM's vocabulary."""
+    from cselab.training.models import resolve_model
 
-    Options: ``mask_ratio`` (0.30 BERT, 0.20 RoBERTa); ``generator`` (a masked LM's hub id or
-    path, the paper's ``distilbert-base-uncased`` / ``distilroberta-base``) or, when null,
-    ``generator_stage`` (a ``pretraining:`` entry whose export is a masked LM: for MiniLM, which
-    has no MLM head); ``augment`` (:data:`AUGMENTS`); ``edit_ratio`` (insert/delete, 0.15);
-    ``views`` (how many views of the batch the primary encodes).
-    """
+    source = resolve_model(generator) if generator else ctx.artifacts["generator"]
+    model = mlm.load_masked_lm(source)
+    if generator_vocab(model) != len(ctx.tokenizer):
+        raise ConfigError(f"config key 'options.generator': {generator or source} has a vocabulary of "
+                          f"{generator_vocab(model)}, the PLM's tokenizer {len(ctx.tokenizer)}: they must share it")
+    return model
 
-    name = "rtd"
-    roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
 
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = 0.30
-        generator: str | None = None
-        generator_stage: str = "infocse-pretrain"
-        augment: str = "replace"
-        edit_ratio: float = 0.15
-        views: int = 2
+def generator_vocab(generator: mlm.MaskedLM) -> int:
+    config = generator.backbone.config
+    return getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
 
-    @classmethod
-    def validate_options(cls, o):
-        for key in ("mask_ratio", "edit_ratio"):
-            value = getattr(o, key)
-            if not isinstance(value, (int, float)) or not 0 < value < 1:
-                return key, f"must be in (0, 1), got {value!r}"
-        if o.augment not in AUGMENTS:
-            return "augment", f"{o.augment!r} is not one of {list(AUGMENTS)}"
-        if not isinstance(o.views, int) or o.views < 1:
-            return "views", f"must be a positive integer, got {o.views!r}"
+
+class Editor:
+    """DiffCSE's edits of a batch (Tables 4 and 15): MLM replacement by the generator, random
+    insertion, random deletion, or one of the three per sentence; returns the edited ids, their
+    attention mask and the per-token labels (1: replaced / inserted / preceded by a deletion)."""
+
+    def __init__(self, generator: nn.Module, tokenizer, mask_ratio: float, augment: str, edit_ratio: float):
+        self.generator, self.tokenizer = generator, tokenizer
+        self.mask_ratio, self.augment, self.edit_ratio = mask_ratio, augment, edit_ratio
+
+    def __call__(self, ids: torch.Tensor, attn: torch.Tensor):
+        masked, _ = mlm.mask_tokens(ids, attn, self.mask_ratio, self.tokenizer)
+        with torch.no_grad():
+            filled = self.generator(masked, attn).argmax(-1)
+        filled[:, 0] = ids[:, 0]
+        edited = filled * attn + ids * (1 - attn)  # padding stays padding
+        labels = ((edited != ids) & attn.bool()).long()
+        if self.augment != "replace":  # the default path stays free of host syncs
+            kinds = self._kinds(ids.size(0), ids.device)
+            edited, attn, labels = self._insert_delete(ids, attn, edited, labels, kinds)
+        return edited, attn, labels
+
+    def _kinds(self, n: int, device) -> torch.Tensor:
+        """0 replace, 1 insert, 2 delete per row."""
+        if self.augment == "all":
+            return torch.randint(3, (n,)).to(device)
+        return torch.full((n,), AUGMENTS.index(self.augment), device=device)
+
+    def _edit_row(self, seq: list[int], kind: int) -> tuple[list[int], list[int]] | None:
+        """One sentence inserted into or deleted from (None: keep its replacement)."""
+        length = len(seq)
+        body = list(range(1, length - 1))  # between [CLS] and [SEP]
+        k = max(1, round(self.edit_ratio * len(body))) if body else 0
+        if kind == 1 and body:
+            seq, lab = list(seq), [0] * length
+            for s in sorted(torch.randint(1, length, (k,)).tolist(), reverse=True):
+                seq.insert(s, self.tokenizer.mask_token_id)
+                lab.insert(s, 1)
+            return seq, lab
+        if kind == 2 and len(body) > 1:
+            drop = set(torch.randperm(len(body))[:min(k, len(body) - 1)].add(1).tolist())
+            kept, lab, dropped_before = [], [], False
+            for i, t in enumerate(seq):
+                if i in drop:
+                    dropped_before = True
+                    continue
+                kept.append(t)
+                lab.append(int(dropped_before))
+                dropped_before = False
+            return kept, lab
         return None
 
-    @classmethod
-    def requires(cls, options):
-        return {} if options.generator else {"generator": options.generator_stage}
+    def _insert_delete(self, ids, attn, replaced, replaced_labels, kinds):
+        """Rows of kind insert / delete are rebuilt token by token (a small Python loop over the
+        rows that need it; the replace rows keep the vectorised result)."""
+        rows, labels = [], []
+        for r in range(ids.size(0)):
+            length = int(attn[r].sum())
+            edit = self._edit_row(ids[r, :length].tolist(), int(kinds[r]))
+            rows.append(edit[0] if edit else replaced[r, :length].tolist())
+            labels.append(edit[1] if edit else replaced_labels[r, :length].tolist())
+        width = max(len(x) for x in rows)
+        edited = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=ids.dtype)
+        new_attn = torch.zeros((len(rows), width), dtype=attn.dtype)
+        new_labels = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, (x, lab) in enumerate(zip(rows, labels)):
+            edited[r, :len(x)] = torch.tensor(x)
+            new_attn[r, :len(x)] = 1
+            new_labels[r, :len(lab)] = torch.tensor(lab)
+        edited, new_attn, new_labels = edited.to(ids.device), new_attn.to(ids.device), new_labels.to(ids.device)
+        inserted = (kinds == 1)[:, None] & (edited == self.tokenizer.mask_token_id)
+        if inserted.any():  # the generator turns the inserted [MASK]s into real tokens
+            with torch.no_grad():
+                filled = self.generator(edited, new_attn).argmax(-1)
+            edited = torch.where(inserted, filled, edited)
+        return edited, new_attn, new_labels
+
+
+class Conditioned(Method):
+    """Base of the objectives that read a sentence through a second copy of the PLM whose
+    position-0 input is the view's sentence embedding (``projected`` from the primary): the copy
+    is :attr:`discriminator`; :meth:`encode` runs it conditioned on ``h``."""
+
+    roles = ("auxiliary",)
+    training_keys = ()  # reads the primary's views
 
     def __init__(self, ctx):
         super().__init__(ctx)
         from transformers import AutoModel
 
-        from cselab.training.models import resolve_model
-
-        o = self.options
-        source = resolve_model(o.generator) if o.generator else ctx.artifacts["generator"]
-        generator = mlm.load_masked_lm(source)
-        if generator_vocab(generator) != len(ctx.tokenizer):
-            from cselab.errors import ConfigError
-
-            raise ConfigError(f"config key 'options.generator': {o.generator or source} has a vocabulary of "
-                              f"{generator_vocab(generator)}, the PLM's tokenizer {len(ctx.tokenizer)}: "
-                              f"they must share it")
-        self.generator = self.freeze("generator", generator, train_mode=True)  # dropout on, as the code
         self.discriminator = AutoModel.from_pretrained(ctx.model_dir, config=ctx.encoder.backbone.config)
         self.discriminator.embeddings.register_forward_hook(self._condition)
-        self.rtd_head = nn.Linear(ctx.hidden_size, 2)
         self._cls_input: torch.Tensor | None = None
 
     def _condition(self, module, inputs, output):
@@ -100,92 +158,89 @@ class RTD(Method):
             return output
         return torch.cat([self._cls_input[:, None, :].to(output.dtype), output[:, 1:]], dim=1)
 
-    # -- edits -----------------------------------------------------------------------------
-
-    def prepare(self, batch):
-        views = self.options.views
-        # the batch's natural width: the draws, the generator and the RTD mean (over every position
-        # of the natural padding, as the code) do not see padding added by pad_to_multiple_of / compile
-        ids, attn = (x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
-        masked, _ = mlm.mask_tokens(ids, attn, self.options.mask_ratio, self.ctx.tokenizer)
-        with torch.no_grad():
-            filled = self.generator(masked, attn).argmax(-1)
-        filled[:, 0] = ids[:, 0]
-        edited = filled * attn + ids * (1 - attn)  # padding stays padding
-        labels = ((edited != ids) & attn.bool()).long()
-        if self.options.augment != "replace":  # the default path stays free of host syncs
-            kinds = self._kinds(ids.size(0), ids.device)
-            edited, attn, labels = self._insert_delete(ids, attn, edited, labels, kinds)
-        return {**batch, "rtd_input_ids": edited, "rtd_attention_mask": attn, "rtd_labels": labels}
-
-    def _kinds(self, n: int, device) -> torch.Tensor:
-        """0 replace, 1 insert, 2 delete per row."""
-        aug = self.options.augment
-        if aug == "all":
-            return torch.randint(3, (n,)).to(device)
-        return torch.full((n,), AUGMENTS.index(aug), device=device)
-
-    def _insert_delete(self, ids, attn, replaced, replaced_labels, kinds):
-        """Rows of kind insert / delete are rebuilt token by token (a small Python loop over the
-        rows that need it; the replace rows keep the vectorised result)."""
-        tok = self.ctx.tokenizer
-        rows, labels = [], []
-        for r in range(ids.size(0)):
-            length = int(attn[r].sum())
-            seq = ids[r, :length].tolist()
-            body = list(range(1, length - 1))  # between [CLS] and [SEP]
-            k = max(1, round(self.options.edit_ratio * len(body))) if body else 0
-            if kinds[r] == 1 and body:
-                slots = sorted(torch.randint(1, length, (k,)).tolist(), reverse=True)
-                lab = [0] * length
-                for s in slots:
-                    seq.insert(s, tok.mask_token_id)
-                    lab.insert(s, 1)
-                rows.append(seq)
-                labels.append(lab)
-            elif kinds[r] == 2 and len(body) > 1:
-                drop = set(torch.randperm(len(body))[:min(k, len(body) - 1)].add(1).tolist())
-                kept, lab, dropped_before = [], [], False
-                for i, t in enumerate(seq):
-                    if i in drop:
-                        dropped_before = True
-                        continue
-                    kept.append(t)
-                    lab.append(int(dropped_before))
-                    dropped_before = False
-                rows.append(kept)
-                labels.append(lab)
-            else:
-                rows.append(replaced[r, :length].tolist())
-                labels.append(replaced_labels[r, :length].tolist())
-        width = max(len(x) for x in rows)
-        pad = tok.pad_token_id
-        edited = torch.full((len(rows), width), pad, dtype=ids.dtype)
-        new_attn = torch.zeros((len(rows), width), dtype=attn.dtype)
-        new_labels = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, (x, lab) in enumerate(zip(rows, labels)):
-            edited[r, :len(x)] = torch.tensor(x)
-            new_attn[r, :len(x)] = 1
-            new_labels[r, :len(lab)] = torch.tensor(lab)
-        edited, new_attn, new_labels = edited.to(ids.device), new_attn.to(ids.device), new_labels.to(ids.device)
-        inserted = (kinds == 1)[:, None] & (edited == tok.mask_token_id)
-        if inserted.any():  # the generator turns the inserted [MASK]s into real tokens
-            with torch.no_grad():
-                filled = self.generator(edited, new_attn).argmax(-1)
-            edited = torch.where(inserted, filled, edited)
-        return edited, new_attn, new_labels
-
-    # -- loss ------------------------------------------------------------------------------
-
-    def forward(self, batch, shared):
-        ids = batch["rtd_input_ids"]
-        h = primary_views(shared, "projected", ids.size(0), self.name, "projected sentence embeddings",
-                          self.options.views)
-        self._cls_input = h
+    def encode(self, ids: torch.Tensor, attention_mask: torch.Tensor, shared: dict) -> torch.Tensor:
+        """The last hidden states of ``ids`` conditioned on the primary's projected views."""
+        self._cls_input = primary_views(shared, "projected", ids.size(0), self.name,
+                                        "projected sentence embeddings", self.options.views)
         try:
-            hidden = self.discriminator(input_ids=ids, attention_mask=batch["rtd_attention_mask"]).last_hidden_state
+            return self.discriminator(input_ids=ids, attention_mask=attention_mask).last_hidden_state
         finally:
             self._cls_input = None
+
+    def views_at_natural_width(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's ids and mask once per view, at the batch's natural width (the draws, the
+        generator and the losses never see padding added by pad_to_multiple_of / compile)."""
+        views = self.options.views
+        return tuple(x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
+
+
+def _check_ratios_and_views(o, keys=("mask_ratio", "edit_ratio")) -> tuple[str, str] | None:
+    for key in keys:
+        value = getattr(o, key)
+        if not isinstance(value, (int, float)) or not 0 < value < 1:
+            return key, f"must be in (0, 1), got {value!r}"
+    if hasattr(o, "augment") and o.augment not in AUGMENTS:
+        return "augment", f"{o.augment!r} is not one of {list(AUGMENTS)}"
+    if not isinstance(o.views, int) or o.views < 1:
+        return "views", f"must be a positive integer, got {o.views!r}"
+    return None
+
+
+@dataclasses.dataclass
+class EditOptions:
+    """Options of the objectives that edit with a generator."""
+
+    mask_ratio: float = 0.30
+    generator: str | None = None
+    generator_stage: str = "infocse-pretrain"
+    augment: str = "replace"
+    edit_ratio: float = 0.15
+    views: int = 2
+
+
+class Editing(Conditioned):
+    """Base of the objectives that read generator edits (:class:`Editor`) of each view."""
+
+    Options = EditOptions
+
+    @classmethod
+    def validate_options(cls, o):
+        return _check_ratios_and_views(o)
+
+    @classmethod
+    def requires(cls, options):
+        return {} if options.generator else {"generator": options.generator_stage}
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o = self.options
+        self.generator = self.freeze("generator", load_generator(ctx, o.generator), train_mode=True)  # dropout on
+        self.editor = Editor(self.generator, ctx.tokenizer, o.mask_ratio, o.augment, o.edit_ratio)
+
+
+class RTD(Editing):
+    """Conditional replaced-token detection (DiffCSE's auxiliary objective, weight lambda).
+
+    Options: ``mask_ratio`` (0.30 BERT, 0.20 RoBERTa); ``generator`` (a masked LM's hub id or
+    path, the paper's ``distilbert-base-uncased`` / ``distilroberta-base``) or, when null,
+    ``generator_stage`` (a ``pretraining:`` entry whose export is a masked LM: for MiniLM, which
+    has no MLM head); ``augment`` (:data:`AUGMENTS`); ``edit_ratio`` (insert/delete, 0.15);
+    ``views`` (how many views of the batch the primary encodes). The generator keeps dropout on,
+    as the authors' code.
+    """
+
+    name = "rtd"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.rtd_head = nn.Linear(ctx.hidden_size, 2)
+
+    def prepare(self, batch):
+        edited, attn, labels = self.editor(*self.views_at_natural_width(batch))
+        return {**batch, "rtd_input_ids": edited, "rtd_attention_mask": attn, "rtd_labels": labels}
+
+    def forward(self, batch, shared):
+        hidden = self.encode(batch["rtd_input_ids"], batch["rtd_attention_mask"], shared)
         logits = self.rtd_head(hidden)
         labels = batch["rtd_labels"]
         with fp32(hidden.device):
@@ -198,6 +253,77 @@ class RTD(Method):
         return Output({"rtd": loss}, scalars)
 
 
-def generator_vocab(generator: mlm.MaskedLM) -> int:
-    config = generator.backbone.config
-    return getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
+class ConditionalMLM(Conditioned):
+    """DiffCSE Table 3's conditional MLM on the same sentence (Yang et al., 2020's CMLM with the
+    sentence itself as context): the discriminator reads the view's masked sentence (BERT's
+    80/10/10 at ``mask_ratio``) with the sentence embedding at position 0, and an MLM head (the
+    PLM's own when its checkpoint has one) predicts the masked tokens. Loss: the cross-entropy over
+    the masked positions. Options: ``mask_ratio`` (0.30, DiffCSE's; the paper does not state the
+    variant's), ``views``."""
+
+    name = "cmlm"
+
+    @dataclasses.dataclass
+    class Options:
+        mask_ratio: float = 0.30
+        views: int = 2
+
+    @classmethod
+    def validate_options(cls, o):
+        return _check_ratios_and_views(o, keys=("mask_ratio",))
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.mlm_head = mlm.make_mlm_head(self.discriminator.config, ctx.model_dir)
+
+    def prepare(self, batch):
+        ids, attn = self.views_at_natural_width(batch)
+        masked, labels = mlm.mask_tokens(ids, attn, self.options.mask_ratio, self.ctx.tokenizer)
+        return {**batch, "cmlm_input_ids": masked, "cmlm_attention_mask": attn, "cmlm_labels": labels}
+
+    def forward(self, batch, shared):
+        hidden = self.encode(batch["cmlm_input_ids"], batch["cmlm_attention_mask"], shared)
+        return Output({"cmlm": mlm.mlm_loss(self.mlm_head, hidden, batch["cmlm_labels"])})
+
+
+class CorrectiveLM(Editing):
+    """DiffCSE Table 3's conditional corrective LM (COCO-LM, Meng et al., 2021): the discriminator
+    reads the generator-edited sentence conditioned on the sentence embedding and recovers the
+    original token at every real position with a copy mechanism: ``p(x) = p_copy 1[x = input] +
+    (1 - p_copy) softmax(W h)[x]``. Loss (COCO-LM's): the copy head's binary cross-entropy
+    (original or replaced) plus ``-log p(original)`` with the copy probability detached, averaged
+    over the real positions after [CLS]. Options as :class:`RTD`'s (MLM replacement only; the
+    paper states no mask ratio or lambda for the variant)."""
+
+    name = "corrective_lm"
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.augment != "replace":
+            return "augment", "the corrective LM recovers replaced tokens: only 'replace'"
+        return _check_ratios_and_views(o)
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.lm_head = mlm.make_mlm_head(self.discriminator.config, ctx.model_dir)
+        self.copy_head = nn.Linear(ctx.hidden_size, 1)
+
+    def prepare(self, batch):
+        ids, attn = self.views_at_natural_width(batch)
+        edited, attn, _ = self.editor(ids, attn)
+        return {**batch, "clm_input_ids": edited, "clm_attention_mask": attn, "clm_targets": ids}
+
+    def forward(self, batch, shared):
+        edited, targets = batch["clm_input_ids"], batch["clm_targets"]
+        hidden = self.encode(edited, batch["clm_attention_mask"], shared)
+        where = batch["clm_attention_mask"].bool()
+        where[:, 0] = False  # position 0 is the sentence embedding itself
+        kept = (edited == targets)[where].float()
+        h = hidden[where]
+        with fp32(hidden.device):
+            copy_logit = self.copy_head(h).float().squeeze(-1)
+            copy_loss = F.binary_cross_entropy_with_logits(copy_logit, kept)
+            p_copy = torch.sigmoid(copy_logit).detach()
+            p_vocab = F.softmax(self.lm_head(h).float(), -1).gather(1, targets[where][:, None]).squeeze(1)
+            lm_loss = -torch.log(p_copy * kept + (1 - p_copy) * p_vocab + 1e-12).mean()
+        return Output({"clm": lm_loss + copy_loss}, {"clm_copy_loss": copy_loss.detach()})
