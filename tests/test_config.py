@@ -177,7 +177,9 @@ def test_paradigm_figures_and_holdout(smoke):
     assert "0.5" not in cfg["figures"]["paradigm_figure6_m"]["experiments"]  # null drops a paper point
     assert cc.figure_inputs(cfg, "paradigm_figure2") == {}  # a simulation reads nothing
     assert cc.figure_values(cfg, "paradigm_figure6_r") == {"1.0": 1.0, "2.0": 2.0}
-    assert cc.figure_inputs(cfg, "paradigm_figure8")["R = 2.0"] == "results/experiments/gp-r200-minilm-s42/curve.csv"
+    assert cc.figure_inputs(cfg, "paradigm_figure8")["R = 2.0"] == "results/experiments/gp-heldout-r200-minilm-s42/model"
+    assert cc.heldout_file(cfg, "paradigm_figure8") == "resources/corpus/split/heldout-0.1.txt"
+    assert cc.figure_inputs(cfg, "paradigm_figure9") == {"baseline": "results/experiments/gp-base-minilm-s42/curve.csv"}
     assert cc.heldout_file(cfg, "paradigm_figure5_7") == "resources/corpus/split/heldout-0.1.txt"
     assert cc.heldout_file(cfg, "paradigm_figure6_m") is None
     assert cc.corpus_file(cc.experiment_spec(cfg, "gp-heldout-minilm-s42")) == "resources/corpus/split/train-0.1.txt"
@@ -189,6 +191,8 @@ def test_paradigm_figures_and_holdout(smoke):
             {"figures": {"paradigm_figure5_7": {"experiments": {"x": "gp-base-minilm"}}}},
         "figures.paradigm_figure8.experiments.x': 'untrained-minilm' is untrained":
             {"figures": {"paradigm_figure8": {"experiments": {"x": "untrained-minilm"}}}},
+        "figures.paradigm_figure8.experiments.x': 'gp-base-minilm' must train without the held-out slice":
+            {"figures": {"paradigm_figure8": {"experiments": {"x": "gp-base-minilm"}}}},
         "experiments.gp-heldout-minilm.training.holdout': a held-out split and subsampling":
             {"experiments": {"gp-heldout-minilm": {"training": {"holdout": 0.1, "subsampling": "adjacent"}}}},
     }

@@ -4,6 +4,7 @@ formula, the three components, and the method's options and scalars."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -142,8 +143,35 @@ def test_every_loss_trains(tiny_encoder, loss):
     (value,) = out.losses.values()
     assert torch.isfinite(value)
     value.backward()
-    assert set(out.scalars) == {"pos_cos", "hardest_neg_cos", "gd_kept", "ratio_arccon", "ratio_met"}
+    assert set(out.scalars) == {"pos_cos", "hardest_neg_cos", "gd_kept", "ratio_arccon", "ratio_met", "ratio_mat",
+                                "pos_angle_mean", "pos_angle_std", "neg_angle_mean", "neg_angle_std"}
     assert 0 <= out.scalars["gd_kept"].item() <= 1 and out.scalars["ratio_arccon"].item() > 0
+    assert all(isinstance(v, torch.Tensor) for v in out.scalars.values())  # no host sync: tensors, no .item()
+
+
+def test_statistics_of_a_known_batch():
+    """Anchors e_1..e_3, positives at angle a = 0.2 pi towards the next axis: every positive angle
+    is a, the hardest negative (the previous anchor's positive) is at 0.5 pi - a, the other
+    negative at 0.5 pi; so mu_n = 0.4 pi and sigma_n = 0.1 pi sqrt(6/5) over the 6 pairs."""
+    from types import SimpleNamespace
+
+    a, b = 0.2 * math.pi, 0.3 * math.pi
+    u = torch.eye(3)
+    v = math.cos(a) * u + math.sin(a) * u.roll(1, dims=1)  # v_i = cos a e_i + sin a e_{i+1}
+    method = SimpleNamespace(options=Paradigm.check_options({"m": 0.3}))
+    st = {k: t.item() for k, t in Paradigm.statistics(method, u, v).items()}
+    assert st["pos_cos"] == pytest.approx(math.cos(a), abs=1e-6)
+    assert st["hardest_neg_cos"] == pytest.approx(math.cos(b), abs=1e-6)
+    assert st["gd_kept"] == 1.0  # cos a - cos b = 0.22 < 0.3
+    assert st["ratio_arccon"] == pytest.approx(math.sin(a + math.radians(10)) / math.sin(a), rel=1e-5)
+    assert st["ratio_met"] == pytest.approx(math.sin(b / 2) / math.sin(a / 2), rel=1e-5)
+    assert st["ratio_mat"] == pytest.approx(math.sin(b) / math.sin(a), rel=1e-5)
+    assert st["pos_angle_mean"] == pytest.approx(a, abs=1e-5) and st["pos_angle_std"] == pytest.approx(0, abs=1e-5)
+    assert st["neg_angle_mean"] == pytest.approx(0.4 * math.pi, abs=1e-5)
+    assert st["neg_angle_std"] == pytest.approx(0.1 * math.pi * math.sqrt(6 / 5), abs=1e-5)
+    none_kept = Paradigm.statistics(SimpleNamespace(options=Paradigm.check_options({"m": 0.1})), u, v)
+    assert none_kept["gd_kept"].item() == 0 and none_kept["ratio_mat"].item() == 0
+    assert none_kept["neg_angle_mean"].item() == pytest.approx(0.4 * math.pi, abs=1e-5)  # angles: every anchor
 
 
 def test_head_init_and_frozen_embeddings(tiny_bert):
@@ -237,6 +265,100 @@ def test_heldout_statistics():
     assert math.isnan(none_kept["hardest_share"][0.05])
 
 
+def lemma1_batch(a=0.2 * math.pi, b=0.3 * math.pi, t=0.25 * math.pi):
+    """Anchor 0 = e_1 with its positive at angle ``a`` and its only negative (anchor 1's positive)
+    at angle ``b``, their tangent directions ``t`` apart; anchor 1 = e_4 is orthogonal to both
+    (cos alpha = 0: never valid)."""
+    e = np.eye(4)
+    u = np.stack([e[0], e[3]])
+    p = math.cos(a) * e[0] + math.sin(a) * e[1]
+    n = math.cos(b) * e[0] + math.sin(b) * (math.cos(t) * e[1] + math.sin(t) * e[2])
+    return u, np.stack([p, n])
+
+
+def test_lemma1_min_ratio_by_hand():
+    from cselab.reporting.paradigm import heldout_min_ratios, lemma1_min_ratio
+
+    a, b, t, step = 0.2 * math.pi, 0.3 * math.pi, 0.25 * math.pi, 0.1
+    u, v = lemma1_batch(a, b, t)
+    q = math.sin(b) / math.sin(a)
+    by_hand = 1 / step + q * math.cos(t) - math.sqrt(1 / step ** 2 - q ** 2 * math.sin(t) ** 2)
+    (got,) = lemma1_min_ratio(u, v, m=0.3, step=step)
+    assert got == pytest.approx(by_hand, rel=1e-9)
+    # the bound's meaning (Appendix C, in the anchor's tangent plane): the step step * (R t_p - t_n) with
+    # R = R_min leaves the anchor exactly as far from its positive, a larger R brings it closer
+    t_p = np.array([math.sin(a), 0.0])
+    t_n = math.sin(b) * np.array([math.cos(t), math.sin(t)])
+    def distance_after(ratio):
+        return np.linalg.norm(step * (ratio * t_p - t_n) - t_p)
+
+    assert distance_after(got) == pytest.approx(math.sin(a), rel=1e-9)
+    assert distance_after(1.2 * got) < math.sin(a) < distance_after(0.8 * got)
+    # step -> 0: the limit (sin b / sin a) cos theta, without the cancellation of the direct form
+    assert lemma1_min_ratio(u, v, 0.3, 0.0)[0] == pytest.approx(q * math.cos(t), rel=1e-12)
+    assert lemma1_min_ratio(u, v, 0.3, 1e-9)[0] == pytest.approx(q * math.cos(t), rel=1e-8)
+    # validity masks: not kept by GD, cos theta <= 0, cos beta <= 0, the bound not real (a long step)
+    assert lemma1_min_ratio(u, v, m=0.1, step=step).size == 0
+    assert lemma1_min_ratio(*lemma1_batch(t=0.6 * math.pi), m=0.3, step=step).size == 0
+    assert lemma1_min_ratio(*lemma1_batch(b=0.6 * math.pi), m=2.0, step=step).size == 0
+    assert lemma1_min_ratio(u, v, m=0.3, step=2.0).size == 0  # sin^2 a < 4 sin^2 b sin^2 t
+    assert lemma1_min_ratio(3 * u, 0.5 * v, m=0.3, step=step) == pytest.approx([got])  # normalised
+    dist = heldout_min_ratios([(u, v), (u, v)], margins=(0.1, 0.3), step_sizes=(0.0, step))
+    assert set(dist) == {(0.1, 0.0), (0.1, step), (0.3, 0.0), (0.3, step)}
+    assert dist[(0.1, step)].size == 0 and dist[(0.3, step)] == pytest.approx([got, got])
+
+
+def training_curve(steps=6, mat=True, seed=0):
+    """A paradigm run's curve: every step logs the scalars, an evaluation row every 3 steps."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for step in range(1, steps + 1):
+        rows.append({"step": step, "loss": 1.0 / step, "pos_cos": 0.8 + 0.01 * step, "ratio_arccon": 1.3,
+                     "ratio_met": 1.6 + 0.1 * rng.random(), "pos_angle_mean": 0.2 * math.pi,
+                     "pos_angle_std": 0.05, "neg_angle_mean": 0.45 * math.pi, "neg_angle_std": 0.12,
+                     **({"ratio_mat": 1.4} if mat else {})})
+        if step % 3 == 0:
+            rows.append({"step": step, "stsb_dev_spearman": 60.0})
+    return pd.DataFrame(rows)
+
+
+def test_figure8_and_figure9(tmp_path):
+    from cselab.errors import DataError
+    from cselab.reporting import paradigm as P
+
+    rng = np.random.default_rng(0)
+    curves = {"R = 1": training_curve(), "R = 2": training_curve(seed=1)}
+    ratios = {"R = 1": {(0.3, 0.1): rng.gamma(4.0, 0.3, 200), (0.5, 0.1): rng.gamma(4.0, 0.3, 300)},
+              "R = 2": {(0.3, 0.1): rng.gamma(3.0, 0.3, 150), (0.5, 0.1): np.empty(0)}}
+    df = P.figure_training_ratio(curves, ratios, tmp_path / "f8.png", tmp_path / "f8.csv", title="Figure 8")
+    assert list(df.columns) == ["panel", "label", "quantity", "m", "step_size", "x", "y"]
+    saved = pd.read_csv(tmp_path / "f8.csv")
+    assert len(saved) == len(df) and set(saved["panel"]) == {"a", "b", "c"}
+    a = df[df["panel"] == "a"].set_index(["label", "m", "quantity"])
+    assert a.loc[("R = 1", 0.3, "median"), "x"] == pytest.approx(np.median(ratios["R = 1"][(0.3, 0.1)]))
+    assert a.loc[("R = 1", 0.5, "share_at_most_1"), "y"] == pytest.approx((ratios["R = 1"][(0.5, 0.1)] <= 1).mean())
+    assert a.loc[("R = 2", 0.5, "anchors"), "y"] == 0 and math.isnan(a.loc[("R = 2", 0.5, "median"), "x"])
+    b = df[df["panel"] == "b"]
+    assert set(b["quantity"]) == {"ratio_arccon", "ratio_met", "ratio_mat"} and len(b) == 2 * 3 * 6
+    c = df[df["panel"] == "c"]
+    assert list(c[c["label"] == "R = 1"]["x"]) == [1, 2, 3, 4, 5, 6] and c["y"].between(-1, 1).all()
+    old = {"R = 1": training_curve(mat=False)}
+    with pytest.raises(DataError, match=r"'R = 1' \(experiment gp-base-s42\) has no ratio_mat: Figure 8 .* "
+                                        r"retrain gp-base-s42 .*delete results/experiments/gp-base-s42"):
+        P.figure_training_ratio(old, {"R = 1": {}}, tmp_path / "x.png", tmp_path / "x.csv",
+                                experiments={"R = 1": "gp-base-s42"})
+    angles = P.figure_angle_statistics({"baseline": curves["R = 1"]}, tmp_path / "f9.png", tmp_path / "f9.csv")
+    assert list(angles.columns) == ["label", "step", "mu_pos_pi", "mu_neg_pi", "sigma_pos", "sigma_neg"]
+    assert len(angles) == 6 and angles["mu_pos_pi"].to_numpy() == pytest.approx(0.2)
+    assert angles["mu_neg_pi"].to_numpy() == pytest.approx(0.45) and (angles["sigma_neg"] == 0.12).all()
+    with pytest.raises(DataError, match="has no pos_angle_mean, pos_angle_std, neg_angle_mean, neg_angle_std"):
+        P.figure_angle_statistics({"SimCSE": curves["R = 1"][["step", "loss"]]}, tmp_path / "y.png",
+                                  tmp_path / "y.csv")
+    for name in ("f8", "f9"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000 and (tmp_path / f"{name}.csv").is_file()
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "y.png").exists()
+
+
 def test_paradigm_figures_write_png_and_csv(tmp_path):
     import pandas as pd
 
@@ -249,11 +371,13 @@ def test_paradigm_figures_write_png_and_csv(tmp_path):
     P.figure_sweep({1.0: 70.0, 0.3: 72.5}, "m", tmp_path / "s.png", tmp_path / "s.csv")
     assert list(pd.read_csv(tmp_path / "s.csv")["m"]) == [0.3, 1.0]
     curve = pd.DataFrame({"step": [1, 2, 3], "loss": [1.0, 0.9, 0.8], "pos_cos": [0.9, None, 0.95],
-                          "ratio_arccon": [1.2, None, 1.3], "ratio_met": [2.0, None, 2.1]})
-    df = P.figure_training_ratio({"R = 1": curve}, tmp_path / "t.png", tmp_path / "t.csv")
-    assert list(df["step"]) == [1, 3]
-    with pytest.raises(DataError, match="has no ratio_arccon, ratio_met, pos_cos: Figure 8 needs a run of the"):
-        P.figure_training_ratio({"SimCSE": curve[["step", "loss"]]}, tmp_path / "x.png", tmp_path / "x.csv")
+                          "ratio_arccon": [1.2, None, 1.3], "ratio_met": [2.0, None, 2.1],
+                          "ratio_mat": [1.5, None, 1.6]})
+    df = P.figure_training_ratio({"R = 1": curve}, {"R = 1": {(0.3, 0.1): np.array([0.5, 1.5, 2.0])}},
+                                 tmp_path / "t.png", tmp_path / "t.csv")
+    assert list(df[df["panel"] == "c"]["x"]) == [1, 3]
+    with pytest.raises(DataError, match="has no ratio_arccon, ratio_met, ratio_mat, pos_cos: Figure 8 plots"):
+        P.figure_training_ratio({"SimCSE": curve[["step", "loss"]]}, {}, tmp_path / "x.png", tmp_path / "x.csv")
     rng = np.random.default_rng(0)
     u = rng.normal(size=(12, 8))
     st = P.heldout_statistics([(u, u + 0.1 * rng.normal(size=u.shape))])

@@ -1,7 +1,8 @@
 """The gradient paradigm through Snakemake on a tiny random BERT: a Table-5-style STS table of
 original and modified losses (a modified loss is a method of its own), the simulated Figures
-2-4, a component sweep (Figure 6) over STS-B dev, the training ratios (Figure 8) from the
-scalars the method logs, and Figures 5/7 on a held-out slice the models did not train on."""
+2-4, a component sweep (Figure 6) over STS-B dev, Figure 8 (Lemma 1's minimum ratio on a
+held-out slice the models did not train on, the dynamic ratios and the positive cosine from the
+scalars the method logs), Figures 5/7 on that slice, and Figure 9 (the angles' statistics)."""
 
 import json
 
@@ -19,6 +20,8 @@ EXPERIMENTS = {
     "gp-base-tiny": {"plm": "tiny", "method": "paradigm"},
     "gp-r2-tiny": {"plm": "tiny", "method": "paradigm", "options": {"ratio": 2.0}},
     "gp-heldout-tiny": {"plm": "tiny", "method": "paradigm", "training": {"holdout": 0.2}},
+    "gp-heldout-r2-tiny": {"plm": "tiny", "method": "paradigm", "options": {"ratio": 2.0},
+                           "training": {"holdout": 0.2}},
 }
 FIGURES = {
     "gp_gd": {"kind": "gradient_dissipation", "points": 8, "batches": 20},
@@ -26,7 +29,10 @@ FIGURES = {
     "gp_ratio": {"kind": "gradient_ratio", "points": 8},
     "gp_sweep": {"kind": "component_sweep", "parameter": "ratio",
                  "experiments": {"R = 1": "gp-base-tiny", "R = 2": "gp-r2-tiny"}},
-    "gp_training": {"kind": "training_ratio", "experiments": {"R = 1": "gp-base-tiny", "R = 2": "gp-r2-tiny"}},
+    "gp_training": {"kind": "training_ratio", "holdout": 0.2, "max_sentences": 40, "batch_size": 16,
+                    "margins": [0.3, 2.0], "step_sizes": [0.0, 0.1],
+                    "experiments": {"R = 1": "gp-heldout-tiny", "R = 2": "gp-heldout-r2-tiny"}},
+    "gp_angles": {"kind": "angle_statistics", "experiments": {"baseline": "gp-base-tiny"}},
     "gp_heldout": {"kind": "heldout_statistics", "holdout": 0.2, "max_sentences": 40,
                    "experiments": {"PLM": "untrained-tiny", "trained": "gp-heldout-tiny"}},
 }
@@ -80,11 +86,27 @@ def test_sweep_and_training_ratio(run):
     workdir, _ = run
     sweep = pd.read_csv(workdir / "results" / "gp_sweep.csv")
     assert list(sweep["ratio"]) == [1.0, 2.0] and sweep["stsb_dev_spearman"].notna().all()
-    curve = pd.read_csv(workdir / "results/experiments/gp-r2-tiny-s42/curve.csv")
-    assert {"loss.paradigm", "pos_cos", "ratio_arccon", "ratio_met", "gd_kept"} <= set(curve.columns)
+    curve = pd.read_csv(workdir / "results/experiments/gp-heldout-r2-tiny-s42/curve.csv")
+    assert {"loss.paradigm", "pos_cos", "ratio_arccon", "ratio_met", "ratio_mat", "gd_kept"} <= set(curve.columns)
     training = pd.read_csv(workdir / "results" / "gp_training.csv")
-    assert set(training["label"]) == {"R = 1", "R = 2"} and training["pos_cos"].between(-1, 1).all()
-    assert training.groupby("label")["step"].max().to_dict() == {"R = 1": 6, "R = 2": 6}
+    assert set(training["label"]) == {"R = 1", "R = 2"} and set(training["panel"]) == {"a", "b", "c"}
+    held_out = training[training["panel"] == "a"]
+    assert set(zip(held_out["m"], held_out["step_size"])) == {(0.3, 0.0), (0.3, 0.1), (2.0, 0.0), (2.0, 0.1)}
+    anchors = held_out[held_out["quantity"] == "anchors"].set_index(["label", "m", "step_size"])["y"]
+    assert (anchors >= 0).all() and (anchors.xs(2.0, level="m") >= anchors.xs(0.3, level="m")).all()
+    ratios = training[training["panel"] == "b"]
+    assert set(ratios["quantity"]) == {"ratio_arccon", "ratio_met", "ratio_mat"}
+    cosines = training[training["panel"] == "c"]
+    assert cosines["y"].between(-1, 1).all() and cosines.groupby("label")["x"].max().to_dict() == {"R = 1": 6,
+                                                                                                  "R = 2": 6}
+
+
+def test_angle_statistics(run):
+    workdir, _ = run
+    angles = pd.read_csv(workdir / "results" / "gp_angles.csv")
+    assert set(angles["label"]) == {"baseline"} and list(angles["step"]) == [1, 2, 3, 4, 5, 6]
+    assert angles[["mu_pos_pi", "mu_neg_pi"]].stack().between(0, 1).all()
+    assert (angles[["sigma_pos", "sigma_neg"]] > 0).all().all()  # a random tiny BERT: no order of mu_p and mu_n
 
 
 def test_heldout_slice_is_not_trained_on(run):

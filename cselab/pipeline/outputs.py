@@ -124,13 +124,17 @@ FIGURE_KINDS: dict[str, FigureKind] = {
     "dev_curve": FigureKind("curve", trained=True),
     "similarity_heatmap": FigureKind("model"),
     "umap": FigureKind("model"),
-    # the gradient paradigm's Figures 2-4 (simulations), 6 (a sweep), 8 (training scalars), 5 and 7
+    # the gradient paradigm's Figures 2-4 (simulations), 6 (a sweep), 8, 5 and 7, and 9 (training scalars)
     "gradient_dissipation": FigureKind(None),
     "gradient_weight": FigureKind(None),
     "gradient_ratio": FigureKind(None),
     "component_sweep": FigureKind("stsb_dev", trained=True),
-    "training_ratio": FigureKind("curve", trained=True),
+    # Figure 8 reads the checkpoint (panel (a) on the held-out slice) and the training curve beside
+    # it (panels (b), (c)): one input per experiment, so the curve is derived from the model path
+    # (CURVE and MODEL share EXPERIMENT_DIR; rule train writes both)
+    "training_ratio": FigureKind("model", trained=True, heldout=True),
     "heldout_statistics": FigureKind("model", heldout=True),
+    "angle_statistics": FigureKind("curve", trained=True),
     # DiffCSE Figure 2 (cosine by human rating, STS-B test) and Table 9 (retrieval examples)
     "similarity_by_rating": FigureKind("model"),
     "retrieval_examples": FigureKind("model"),

@@ -1,6 +1,7 @@
-"""The gradient paradigm's analysis figures (Li, Zhang, Nie, 2024, §3): simulated gradient terms
-(Figures 2-4, no training), a component sweep (Figure 6) and statistics of trained models on a
-held-out slice of the corpus (Figures 5, 7, 8).
+"""The gradient paradigm's analysis figures (Li, Zhang, Nie, 2024, §3 and Appendix A): simulated
+gradient terms (Figures 2-4, no training), a component sweep (Figure 6), statistics of trained
+models on a held-out slice of the corpus (Figures 5, 7 and 8(a)), and the scalars the paradigm
+method logs during training (Figure 8(b, c) and Figure 9).
 
 Simulation (its §3.1): a batch is 1 positive angle ``~ N(mu_pos, 0.05)`` and 127 negative
 angles ``~ N(mu_neg, 0.10)`` around an anchor; every term is averaged over 1,000 batches per
@@ -177,35 +178,6 @@ def figure_sweep(results: Mapping[float, float], parameter: str, out_png, out_cs
     return _save(fig, df, out_png, out_csv)
 
 
-def figure_training_ratio(curves: Mapping[str, pd.DataFrame], out_png, out_csv, title=None) -> pd.DataFrame:
-    """Figure 8: per training step, the mean dynamic ratios (ArcCon, MET) of the kept anchors and
-    the mean anchor-positive cosine, from the scalars the paradigm method logs."""
-    columns = ["ratio_arccon", "ratio_met", "pos_cos"]
-    frames = []
-    for label, curve in curves.items():
-        missing = [c for c in columns if c not in curve.columns]
-        if missing:
-            from cselab.errors import DataError
-
-            raise DataError(f"training curve of {label!r} has no {', '.join(missing)}: Figure 8 needs a run of the "
-                            f"paradigm method (it logs them)")
-        rows = curve.dropna(subset=["pos_cos"])
-        frames.append(rows.assign(label=label)[["label", "step", *columns]])
-    df = pd.concat(frames, ignore_index=True)
-    fig = Figure(figsize=(11, 3.4))
-    for k, (col, name) in enumerate(zip(columns, ("ArcCon ratio", "MET ratio", "cos(anchor, positive)"))):
-        ax = fig.add_subplot(1, 3, k + 1)
-        for label, rows in df.groupby("label", sort=False):
-            ax.plot(rows["step"], rows[col], label=label)
-        ax.set_xlabel("step")
-        ax.set_title(name, fontsize=9)
-    ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, df, out_png, out_csv)
-
-
 def dropout_pairs(encoder, sentences: Sequence[str], batch_size: int = 128, max_len: int = 32):
     """Two dropout views of every batch of ``sentences`` (raw pooled [CLS], the encoder in train
     mode, no gradient): what the authors' statistics compare, a sentence with itself."""
@@ -295,3 +267,215 @@ def figure_heldout(stats: Mapping[str, dict], out_png, out_csv, title=None) -> p
     return _save(fig, pd.DataFrame(rows), out_png, out_csv)
 
 
+
+
+# -- Figure 8: Lemma 1 on held-out batches; the dynamic ratios and cos(anchor, positive) in training --
+
+#: Figure 8(a) defaults: the baseline's gradient-dissipation margin m and Lemma 1's step length
+LEMMA1_MARGINS = (0.30,)
+LEMMA1_STEP_SIZES = (0.1,)
+#: the logged scalars Figure 8(b) plots: curve column -> (legend name, line style)
+DYNAMIC_RATIOS = {"ratio_arccon": ("ArcCon", "-"), "ratio_met": ("MET", "--"), "ratio_mat": ("MAT", ":")}
+TRAINING_RATIO_COLUMNS = ("step", *DYNAMIC_RATIOS, "pos_cos")
+#: the logged scalars Figure 9 plots (angles in radians)
+ANGLE_COLUMNS = ("step", "pos_angle_mean", "pos_angle_std", "neg_angle_mean", "neg_angle_std")
+_SETTING_STYLES = ("-", "--", ":", "-.")
+
+
+def _unit(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def lemma1_min_ratio(u, v, m: float = 0.30, step: float = 0.1) -> np.ndarray:
+    """Lemma 1's minimum ratio R for every valid anchor of one batch (the paper's §3.1.3 and
+    Appendix C; the math of ``cal_r_requirements`` in the authors' statistics code,
+    BDBC-KG-NLP/UnderstandingCSE ``statistics.py``).
+
+    ``u``, ``v``: two dropout views of the batch ([B, d], L2-normalised here): anchors ``u_i``,
+    positives ``p = v_i`` and each anchor's hardest negative ``n = v_j*``, ``j* = argmax_{j!=i}
+    s_ij``; only the anchors gradient dissipation keeps (``s_ii - s_ij* < m``) count. With
+    ``alpha``, ``beta`` the anchor's angles to ``p`` and ``n`` and ``theta`` the angle between the
+    tangent directions ``t_p = p - u cos alpha`` and ``t_n = n - u cos beta``, a step
+    ``step * (R t_p - t_n)`` leaves the anchor no farther from its positive iff
+    ``R >= 1/step + (sin beta / sin alpha) cos theta - sqrt(1/step^2 - (sin beta / sin alpha)^2
+    sin^2 theta)``, computed here in the equivalent form without the cancellation at small steps;
+    ``step = 0`` gives the limit ``(sin beta / sin alpha) cos theta``. As in the authors' code an
+    anchor is valid when ``cos alpha``, ``cos beta`` and ``cos theta`` are > 0 and
+    ``sin^2 alpha - step^2 sin^2 beta sin^2 theta > 0`` (the bound is real).
+    """
+    u, v = _unit(u), _unit(v)
+    n = len(u)
+    s = u @ v.T
+    hardest = (s - 1e8 * np.eye(n)).argmax(axis=1)
+    cos_a, cos_b = np.diag(s), s[np.arange(n), hardest]
+    t_p, t_n = v - cos_a[:, None] * u, v[hardest] - cos_b[:, None] * u
+    lengths = np.linalg.norm(t_p, axis=1) * np.linalg.norm(t_n, axis=1)
+    cos_t = (t_p * t_n).sum(axis=1) / np.maximum(lengths, 1e-12)
+    sin_a, sin_b = (np.sqrt(np.clip(1 - c ** 2, 0.0, None)) for c in (cos_a, cos_b))
+    sin2_t = np.clip(1 - cos_t ** 2, 0.0, None)
+    valid = ((cos_a - cos_b < m) & (cos_a > 0) & (cos_b > 0) & (cos_t > 0)
+             & (sin_a ** 2 - step ** 2 * sin_b ** 2 * sin2_t > 0))
+    ratio = sin_b[valid] / sin_a[valid]
+    k = ratio ** 2 * sin2_t[valid]
+    # 1/step - sqrt(1/step^2 - k) = step k / (1 + sqrt(1 - step^2 k))
+    return ratio * cos_t[valid] + step * k / (1 + np.sqrt(1 - step ** 2 * k))
+
+
+def heldout_min_ratios(embed_pairs, margins: Sequence[float] = LEMMA1_MARGINS,
+                       step_sizes: Sequence[float] = LEMMA1_STEP_SIZES) -> dict[tuple[float, float], np.ndarray]:
+    """Figure 8(a) for one model: (m, step) -> Lemma 1's minimum ratio (:func:`lemma1_min_ratio`)
+    of every valid anchor of every held-out batch. ``embed_pairs`` yields two dropout views of a
+    batch, as for :func:`heldout_statistics` (:func:`dropout_pairs` over the held-out slice; the
+    paper's Appendix A.2 splits it into batches of its training batch size, 128)."""
+    found: dict[tuple[float, float], list] = {(float(m), float(step)): [] for m in margins for step in step_sizes}
+    for u, v in embed_pairs:
+        for (m, step), parts in found.items():
+            parts.append(lemma1_min_ratio(u, v, m, step))
+    return {key: np.concatenate(parts) if parts else np.empty(0) for key, parts in found.items()}
+
+
+def require_curve_columns(curves: Mapping[str, pd.DataFrame], columns: Sequence[str], figure: str,
+                          experiments: Mapping[str, str] | None = None) -> None:
+    """A :class:`~cselab.errors.DataError` naming the experiment whose training curve lacks one
+    of ``columns``: a run of another method, or a paradigm run older than the scalar."""
+    from cselab.errors import DataError
+    from cselab.pipeline.outputs import EXPERIMENT_DIR, path
+
+    for label, curve in curves.items():
+        missing = [c for c in columns if c not in curve.columns]
+        if missing:
+            exp = (experiments or {}).get(label)
+            who, fix = repr(label), "retrain it with the paradigm method"
+            if exp:
+                who = f"{label!r} (experiment {exp})"
+                fix = (f"retrain {exp} with the paradigm method (delete {path(EXPERIMENT_DIR, exp=exp)} and rerun "
+                       f"the figure)")
+            raise DataError(f"the training curve of {who} has no {', '.join(missing)}: {figure} plots scalars the "
+                            f"paradigm method logs during training, which a run of another method or one trained "
+                            f"before they were logged lacks; {fix}")
+
+
+def _min_ratio_panel(ax, min_ratios: Mapping[str, Mapping[tuple[float, float], np.ndarray]]) -> pd.DataFrame:
+    """Figure 8(a): a KDE of Lemma 1's minimum ratio per model (colour) and (m, step) (line
+    style), its median marked; R = 1 (the baseline's ratio) for reference."""
+    from scipy.stats import gaussian_kde
+
+    pooled = np.concatenate([r for per in min_ratios.values() for r in per.values()] + [np.empty(0)])
+    grid = np.linspace(0.0, max(2.0, 1.1 * float(np.quantile(pooled, 0.99))) if pooled.size else 2.0, 241)
+    settings = sorted({key for per in min_ratios.values() for key in per})
+    frames = []
+    for k, (label, per) in enumerate(min_ratios.items()):
+        for (m, step), values in per.items():
+            style = _SETTING_STYLES[settings.index((m, step)) % len(_SETTING_STYLES)]
+            name = label if len(settings) == 1 else f"{label}, m = {m:g}, step = {step:g}"
+            density = gaussian_kde(values)(grid) if values.size > 1 and np.ptp(values) > 0 else np.zeros_like(grid)
+            median = float(np.median(values)) if values.size else float("nan")
+            share = float((values <= 1.0).mean()) if values.size else float("nan")
+            ax.plot(grid, density, style, color=f"C{k}", label=f"{name} (median {median:.2f}, n = {values.size})")
+            if values.size:
+                ax.plot([median], [np.interp(median, grid, density)], "v", color=f"C{k}", ms=5)
+            summary = pd.DataFrame({"quantity": ["median", "share_at_most_1", "anchors"],
+                                    "x": [median, 1.0, np.nan], "y": [np.nan, share, values.size]})
+            frames += [pd.DataFrame({"quantity": "density", "x": grid, "y": density}).assign(label=label, m=m,
+                                                                                             step_size=step),
+                       summary.assign(label=label, m=m, step_size=step)]
+    ax.axvline(1.0, color="k", ls="--", lw=0.8, label="R = 1")
+    ax.set_xlabel("minimum R of Lemma 1")
+    ax.set_ylabel("density")
+    ax.set_title("(a) minimum ratio on held-out batches (KDE, v: median)", fontsize=9)
+    ax.legend(fontsize=6)
+    return pd.concat(frames, ignore_index=True).assign(panel="a") if frames else pd.DataFrame()
+
+
+def _training_panels(ax_ratio, ax_cos, curves: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Figure 8(b): the dynamic ratios, one colour per model and one line style per ratio, 1 for
+    reference; (c): the mean cos(anchor, positive); both per logging window of training."""
+    from matplotlib.lines import Line2D
+
+    frames = []
+    for k, (label, curve) in enumerate(curves.items()):
+        logged = curve.dropna(subset=["pos_cos"])
+        for col, (_, style) in DYNAMIC_RATIOS.items():
+            ax_ratio.plot(logged["step"], logged[col], style, color=f"C{k}")
+            frames.append(pd.DataFrame({"panel": "b", "label": label, "quantity": col, "x": logged["step"],
+                                        "y": logged[col]}))
+        ax_cos.plot(logged["step"], logged["pos_cos"], color=f"C{k}", label=label)
+        frames.append(pd.DataFrame({"panel": "c", "label": label, "quantity": "pos_cos", "x": logged["step"],
+                                    "y": logged["pos_cos"]}))
+    ax_ratio.axhline(1.0, color="0.4", ls="-.", lw=0.8)
+    handles = [Line2D([], [], color=f"C{k}", label=label) for k, label in enumerate(curves)]
+    handles += [Line2D([], [], color="0.3", ls=style, label=name) for name, style in DYNAMIC_RATIOS.values()]
+    ax_ratio.legend(handles=handles, fontsize=6)
+    ax_ratio.set_title("(b) dynamic ratios during training (kept anchors)", fontsize=9)
+    ax_cos.set_title("(c) cos(anchor, positive) during training", fontsize=9)
+    ax_cos.legend(fontsize=7)
+    for ax in (ax_ratio, ax_cos):
+        ax.set_xlabel("step")
+    return pd.concat(frames, ignore_index=True)
+
+
+def figure_training_ratio(curves: Mapping[str, pd.DataFrame],
+                          min_ratios: Mapping[str, Mapping[tuple[float, float], np.ndarray]], out_png, out_csv,
+                          title=None, experiments: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Figure 8 (§3.2.3, Conjecture 3) in three panels and one CSV (``panel``, ``label``,
+    ``quantity``, ``m``, ``step_size``, ``x``, ``y``): (a) per model, the distribution over held-out
+    batches of Lemma 1's minimum ratio (``min_ratios``: label -> (m, step) -> values, from
+    :func:`heldout_min_ratios`; CSV quantities ``density``, ``median``, ``share_at_most_1`` (the
+    share of anchors R = 1 already serves) and ``anchors``); (b) the dynamic ratios of ArcCon, MET
+    and MAT and (c) the mean cos(anchor, positive), from the training curves (``curves``: label ->
+    curve; ``x`` is the step). ``experiments`` (label -> experiment id) names the run to retrain
+    in the error a curve without these scalars raises.
+
+    The paper's Appendix A.2 computes (b) on held-out batches of saved checkpoints; here (b) and
+    (c) are the training batches' values after the training head, averaged per logging window.
+    """
+    require_curve_columns(curves, TRAINING_RATIO_COLUMNS, "Figure 8", experiments)
+    fig = Figure(figsize=(14, 3.8))
+    axes = [fig.add_subplot(1, 3, k + 1) for k in range(3)]
+    df = pd.concat([_min_ratio_panel(axes[0], min_ratios), _training_panels(axes[1], axes[2], curves)],
+                   ignore_index=True)
+    df = df.reindex(columns=["panel", "label", "quantity", "m", "step_size", "x", "y"])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, df, out_png, out_csv)
+
+
+def figure_angle_statistics(curves: Mapping[str, pd.DataFrame], out_png, out_csv, title=None,
+                            experiments: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Figure 9 (Appendix A.1): per logged step of training, the mean positive and negative
+    angles ``mu_p``, ``mu_n`` (units of pi) and their standard deviations ``sigma_p``, ``sigma_n``
+    (radians) within the training batches (averaged per logging window), which check the §3.1
+    simulation's ``theta_ap ~ N(mu_p, 0.05^2)``, ``theta_an ~ N(mu_n, 0.10^2)``: dashed lines mark
+    its sigmas. CSV: ``label, step, mu_pos_pi, mu_neg_pi, sigma_pos, sigma_neg``."""
+    require_curve_columns(curves, ANGLE_COLUMNS, "Figure 9", experiments)
+    frames = []
+    for label, curve in curves.items():
+        logged = curve.dropna(subset=["pos_angle_mean"])
+        frames.append(pd.DataFrame({"label": label, "step": logged["step"].astype(int),
+                                    "mu_pos_pi": logged["pos_angle_mean"] / np.pi,
+                                    "mu_neg_pi": logged["neg_angle_mean"] / np.pi,
+                                    "sigma_pos": logged["pos_angle_std"], "sigma_neg": logged["neg_angle_std"]}))
+    df = pd.concat(frames, ignore_index=True)
+    fig = Figure(figsize=(10, 3.6))
+    ax_mu, ax_sigma = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for k, (label, rows) in enumerate(df.groupby("label", sort=False)):
+        for ax, pos, neg in ((ax_mu, "mu_pos_pi", "mu_neg_pi"), (ax_sigma, "sigma_pos", "sigma_neg")):
+            ax.plot(rows["step"], rows[pos], "-", color=f"C{k}", label=f"{label}: positive")
+            ax.plot(rows["step"], rows[neg], "-.", color=f"C{k}", label=f"{label}: negative")
+    for value, name in ((SIGMA_POS, "sigma_p"), (SIGMA_NEG, "sigma_n")):
+        ax_sigma.axhline(value, color="0.3", ls="--", lw=0.8)
+        ax_sigma.text(1.0, value, f" simulation {name} = {value:g}", transform=ax_sigma.get_yaxis_transform(),
+                      va="center", fontsize=7)
+    ax_mu.set_ylabel("mean angle (x pi)")
+    ax_sigma.set_ylabel("standard deviation (radians)")
+    ax_mu.set_title("mu_p, mu_n", fontsize=9)
+    ax_sigma.set_title("sigma_p, sigma_n (dashed: the simulation's)", fontsize=9)
+    for ax in (ax_mu, ax_sigma):
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, df, out_png, out_csv)

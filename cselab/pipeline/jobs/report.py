@@ -109,17 +109,60 @@ def _sweep(smk, fig, entries, out):
     paradigm.figure_sweep({values[label]: scores[label] for label in scores}, fig.get("parameter", "m"), **out)
 
 
+def _curve_beside_model(model: str, exp_id: str):
+    """The training curve an experiment's checkpoint was trained with: ``<experiment dir>/curve.csv``
+    beside ``<experiment dir>/model`` (:data:`outputs.CURVE`, :data:`outputs.MODEL`; rule train
+    writes both, so the checkpoint as the figure's input brings the curve along)."""
+    import pandas as pd
+
+    from cselab.errors import DataError
+
+    curve = Path(model).parent / Path(outputs.CURVE).name
+    if not curve.is_file():
+        raise DataError(f"{curve} is missing beside the checkpoint {model} of {exp_id}: retrain {exp_id} "
+                        f"(delete {Path(model).parent} and rerun the figure)")
+    return pd.read_csv(curve)
+
+
 def _training_ratio(smk, fig, entries, out):
+    """Figure 8: the kind reads ``model`` (config ``figure_inputs`` gives one input per experiment:
+    the checkpoint, for panel (a) on the held-out slice) and each experiment's training curve is
+    the file beside it (panels (b) and (c)). Options: ``margins`` (default [0.3]) and
+    ``step_sizes`` (default [0.1]) of Lemma 1, ``max_sentences`` (10,000) held-out sentences in
+    batches of ``batch_size`` (128)."""
     from cselab.reporting import paradigm
 
-    paradigm.figure_training_ratio(_curves(smk, entries), **out)
+    experiments = {label: exp_id for label, exp_id, _ in entries}
+    curves = {label: _curve_beside_model(smk.input[key], exp_id) for label, exp_id, key in entries}
+    paradigm.require_curve_columns(curves, paradigm.TRAINING_RATIO_COLUMNS, "Figure 8", experiments)
+    sentences = _heldout_sentences(smk, fig)
+    margins = fig.get("margins", list(paradigm.LEMMA1_MARGINS))
+    steps = fig.get("step_sizes", list(paradigm.LEMMA1_STEP_SIZES))
+    batch_size = fig.get("batch_size", 128)
+    min_ratios = {label: paradigm.heldout_min_ratios(paradigm.dropout_pairs(m.encoder, sentences, batch_size),
+                                                     margins, steps)
+                  for label, m in _models(smk, entries).items()}
+    paradigm.figure_training_ratio(curves, min_ratios, experiments=experiments, **out)
+
+
+def _angle_statistics(smk, fig, entries, out):
+    """Figure 9: the positive and negative angles' means and deviations from the training curves."""
+    from cselab.reporting import paradigm
+
+    paradigm.figure_angle_statistics(_curves(smk, entries), experiments={label: e for label, e, _ in entries},
+                                     **out)
+
+
+def _heldout_sentences(smk, fig):
+    from cselab.data.corpus import read_sentences
+
+    return read_sentences(Path(smk.input.heldout))[: fig.get("max_sentences", 10000)]
 
 
 def _heldout(smk, fig, entries, out):
-    from cselab.data.corpus import read_sentences
     from cselab.reporting import paradigm
 
-    sentences = read_sentences(Path(smk.input.heldout))[: fig.get("max_sentences", 10000)]
+    sentences = _heldout_sentences(smk, fig)
     stats = {label: paradigm.heldout_statistics(paradigm.dropout_pairs(m.encoder, sentences))
              for label, m in _models(smk, entries).items()}
     paradigm.figure_heldout(stats, **out)
@@ -167,5 +210,5 @@ def _retrieval_examples(smk, fig, entries, out):
 DRAW = {"alignment_uniformity": _curve_figure, "dev_curve": _curve_figure, "similarity_heatmap": _heatmap,
         "umap": _umap, "gradient_dissipation": _simulation, "gradient_weight": _simulation,
         "gradient_ratio": _simulation, "component_sweep": _sweep, "training_ratio": _training_ratio,
-        "heldout_statistics": _heldout, "similarity_by_rating": _by_rating,
+        "heldout_statistics": _heldout, "angle_statistics": _angle_statistics, "similarity_by_rating": _by_rating,
         "retrieval_examples": _retrieval_examples}

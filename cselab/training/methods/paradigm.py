@@ -42,10 +42,7 @@ class Paradigm(Method):
     for RoBERTa, the authors' heads) initialised ``N(0, head_std)`` weights and biases;
     ``freeze_embeddings`` (the authors' code trains with the embedding layer frozen).
 
-    Scalars logged per window (the paradigm's Figure 8): ``pos_cos`` (mean cos(u_i, v_i)),
-    ``hardest_neg_cos``, ``gd_kept`` (share of anchors with ``s_ii - max s_ij < m``) and the
-    dynamic ratios of ArcCon (``ratio_arccon`` = sin(a + u) / sin a) and MET (``ratio_met`` =
-    |a - n| / |a - p|) over the kept anchors.
+    Scalars logged per window: see :meth:`statistics` (the paradigm's Figures 8 and 9).
     """
 
     name = "paradigm"
@@ -128,20 +125,52 @@ class Paradigm(Method):
 
     @torch.no_grad()
     def statistics(self, u: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Geometry of the batch the paradigm's Figure 8 follows during training (no gradient)."""
+        """Geometry of the batch that the paradigm's Figures 8 and 9 follow during training (no
+        gradient, no host sync: every value stays a tensor).
+
+        With ``s = u v^T`` of the L2-normalised views: ``pos_cos`` (mean ``s_ii``),
+        ``hardest_neg_cos`` (mean ``max_{j!=i} s_ij``), ``gd_kept`` (share of anchors with
+        ``s_ii - max_{j!=i} s_ij < m``); over the kept anchors and their hardest negative ``n``
+        (positive ``p``, ``alpha``/``beta`` the anchor's angles to them) the dynamic ratios of the
+        effective losses, as in the authors' statistics code (BDBC-KG-NLP/UnderstandingCSE,
+        ``statistics.py``): ArcCon ``ratio_arccon = sin(alpha + 10 deg) / sin alpha``, MET
+        ``ratio_met = |u - n| / |u - p|`` and MAT ``ratio_mat = sin beta / sin alpha``
+        (Figure 8(b)); and the angles of Figure 9 (radians), the quantities the paper's §3.1
+        simulation draws from ``N(mu_p, 0.05^2)`` and ``N(mu_n, 0.10^2)``: ``pos_angle_mean`` /
+        ``pos_angle_std`` of ``theta_ii = arccos s_ii`` over the anchors and ``neg_angle_mean`` /
+        ``neg_angle_std`` of ``theta_ij`` over all ``B (B - 1)`` off-diagonal pairs (the sample
+        standard deviation within the batch).
+        """
         with L.fp32(u.device):
             un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
             s = un @ vn.T
-            eye = torch.eye(s.size(0), dtype=torch.bool, device=s.device)
+            n = s.size(0)
+            eye = torch.eye(n, dtype=torch.bool, device=s.device)
             pos = s.diagonal()
             hardest = (s - 1e8 * eye).max(dim=1)
-            kept = pos - hardest.values < self.options.m
-            alpha = torch.acos(pos.clamp(-1 + 1e-7, 1 - 1e-7))
-            arccon = torch.sin(alpha + math.radians(MARGINS["arccon"])) / torch.sin(alpha).clamp(min=1e-6)
-            d_pos = (un - vn).norm(dim=-1)
-            d_neg = (un - vn[hardest.indices]).norm(dim=-1)
-            met = d_neg / d_pos.clamp(min=1e-6)
-            keep = kept.float()
+            keep = (pos - hardest.values < self.options.m).float()
             n_kept = keep.sum().clamp(min=1.0)
+            angles = torch.acos(s.clamp(-1 + 1e-7, 1 - 1e-7))
+            alpha = angles.diagonal()
+            sin_alpha = torch.sin(alpha).clamp(min=1e-6)
+            sin_beta = torch.sqrt((1 - hardest.values.square()).clamp(min=0.0))
+            ratios = {
+                "ratio_arccon": torch.sin(alpha + math.radians(MARGINS["arccon"])) / sin_alpha,
+                "ratio_met": (un - vn[hardest.indices]).norm(dim=-1) / (un - vn).norm(dim=-1).clamp(min=1e-6),
+                "ratio_mat": sin_beta / sin_alpha,
+            }
+            off = (~eye).float()
+            pos_mean, pos_std = _mean_std(alpha, torch.ones_like(alpha), n)
+            neg_mean, neg_std = _mean_std(angles, off, n * (n - 1))
             return {"pos_cos": pos.mean(), "hardest_neg_cos": hardest.values.mean(), "gd_kept": keep.mean(),
-                    "ratio_arccon": (arccon * keep).sum() / n_kept, "ratio_met": (met * keep).sum() / n_kept}
+                    **{name: (r * keep).sum() / n_kept for name, r in ratios.items()},
+                    "pos_angle_mean": pos_mean, "pos_angle_std": pos_std,
+                    "neg_angle_mean": neg_mean, "neg_angle_std": neg_std}
+
+
+def _mean_std(x: torch.Tensor, weight: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and sample standard deviation of the ``count`` entries of ``x`` where ``weight`` is 1
+    (a mask as weights: no boolean indexing, so no host sync on CUDA); 0 for fewer than two."""
+    mean = (x * weight).sum() / max(count, 1)
+    var = ((x - mean).square() * weight).sum() / max(count - 1, 1)
+    return mean, var.sqrt()
