@@ -45,7 +45,7 @@ def run_single(args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from cselab.training.encoder import SentenceEncoder
+    from cselab.models.encoder import SentenceEncoder
     from cselab.data.beir import BeirData
     from cselab.evaluation.retrieval import retrieve
 

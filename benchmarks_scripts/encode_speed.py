@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from cselab.data import tasks as sts
-from cselab.training.encoder import load_encoder
-from cselab.training.models import resolve_model
+from cselab.models.encoder import load_encoder
+from cselab.models.checkpoints import resolve_model
 
 
 def main(root: Path, batch_size: int = 128, max_len: int = 128) -> None:

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from transformers import AutoConfig
 
     from cselab.training import distributed
-    from cselab.training.models import resolve_model
+    from cselab.models.checkpoints import resolve_model
     from scaling import no_dev  # by module name, so the worker processes can unpickle it
     from throughput import spec_for
     from transformers import AutoTokenizer

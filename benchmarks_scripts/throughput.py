@@ -190,7 +190,7 @@ def pipeline_sts(model_dir: Path, root: Path, device: str, batch_size: int, max_
     from functools import partial
 
     from cselab.evaluation.sts import evaluate_sts
-    from cselab.training.encoder import load_encoder
+    from cselab.models.encoder import load_encoder
 
     encoder = load_encoder(model_dir).to(device)
     return evaluate_sts(partial(encoder.encode, batch_size=batch_size, max_tokens=max_tokens), root)["avg"]
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import torch
     from transformers import AutoConfig
 
-    from cselab.training.models import resolve_model
+    from cselab.models.checkpoints import resolve_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

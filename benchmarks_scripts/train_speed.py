@@ -29,7 +29,7 @@ def build_model(out: Path, size: str, tokenizer: str | None) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     if tokenizer is None:
-        from cselab.training.models import resolve_model
+        from cselab.models.checkpoints import resolve_model
 
         tokenizer = str(resolve_model("all-MiniLM-L6-v2"))
     layers, hidden, heads = SIZES[size]

@@ -16,7 +16,7 @@ def tiny_bert(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_bert):
-    from cselab.training.encoder import load_encoder
+    from cselab.models.encoder import load_encoder
 
     return load_encoder(tiny_bert)
 

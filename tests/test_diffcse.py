@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cselab.errors import ConfigError, ModelError
-from cselab.training.encoder import load_encoder
+from cselab.models.encoder import load_encoder
 from cselab.training.methods import build_objective
 from cselab.training.methods.diffcse import RTD
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from cselab.training.encoder import load_encoder
+from cselab.models.encoder import load_encoder
 
 SENTS = ["a short one .", "a considerably longer sentence with many more words in it than the others .",
          "mid length sentence here .", "x", "a short one ."]

@@ -7,7 +7,7 @@ import torch
 
 from cselab.errors import ConfigError
 from cselab.training import mlm
-from cselab.training.encoder import load_encoder
+from cselab.models.encoder import load_encoder
 from cselab.training.methods import build_objective
 from cselab.training.methods.infocse import AUX_CONFIG, AUX_FILE, InfoCSEMLM
 
@@ -182,7 +182,7 @@ def test_stage_one_is_one_masked_forward_and_h_is_its_cls(tiny_bert):
 
 
 def test_whole_word_masking_selects_every_piece_of_a_word():
-    from cselab.training.models import resolve_model
+    from cselab.models.checkpoints import resolve_model
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2"))
@@ -281,15 +281,14 @@ def test_load_head_applies_the_saved_training_head_in_eval_mode(tmp_path):
 
     import numpy as np
 
-    from cselab.training.heads import load_head, make_head
+    from cselab.models.heads import load_head, make_head, save_head
 
     torch.manual_seed(0)
     head = make_head("batchnorm", 8)
     head.train()
     head(torch.randn(32, 8) * 3 + 1)  # running statistics move away from their init
-    torch.save(head.state_dict(), tmp_path / "head.pt")
-    (tmp_path / "cselab.json").write_text(json.dumps({"experiment": {"objective": "simcse",
-                                                                     "options": {"head": "batchnorm"}}}))
+    save_head(tmp_path, head, "batchnorm")  # the kind beside the weights: no method registry needed
+    assert json.loads((tmp_path / "head.json").read_text()) == {"kind": "batchnorm"}
     x = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
     head.eval()
     expected = head(torch.from_numpy(x)).detach().numpy()

@@ -11,7 +11,7 @@ from torch import nn
 
 from cselab.data.tokens import TokenizedCorpus, tokenize_corpus
 from cselab.errors import ConfigError
-from cselab.training.heads import make_head
+from cselab.models.heads import make_head
 from cselab.training.losses import info_nce
 from cselab.training.methods import Context, Method, Objective, Output, method_class, registry
 from cselab.training.methods.compcse import (

@@ -3,7 +3,7 @@
 import pytest
 
 from cselab.errors import ModelError
-from cselab.training.models import resolve_model
+from cselab.models.checkpoints import resolve_model
 
 
 def test_minilm_alias():

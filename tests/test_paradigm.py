@@ -175,7 +175,7 @@ def test_statistics_of_a_known_batch():
 
 
 def test_head_init_and_frozen_embeddings(tiny_bert):
-    from cselab.training.encoder import load_encoder
+    from cselab.models.encoder import load_encoder
 
     encoder = load_encoder(tiny_bert)
     torch.manual_seed(0)

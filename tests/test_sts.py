@@ -10,9 +10,9 @@ from scipy.stats import spearmanr
 
 from cselab.data import tasks
 from cselab.evaluation import sts
-from cselab.training.encoder import load_encoder
+from cselab.models.encoder import load_encoder
 from cselab.errors import DataError
-from cselab.training.models import resolve_model
+from cselab.models.checkpoints import resolve_model
 from tests.helpers import find_shared_data
 
 WORDS = "alpha beta gamma delta epsilon zeta".split()

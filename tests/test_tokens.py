@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cselab.data.tokens import TokenizedCorpus, tokenize_corpus, tokenizer_fingerprint
-from cselab.training.encoder import pad_batch, token_batches
+from cselab.models.encoder import pad_batch, token_batches
 from cselab.training.methods.compcse import split_batch, split_ids, split_rows
 from tests.helpers import make_corpus, make_senteval
 

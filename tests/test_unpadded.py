@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
-from cselab.training import unpadded
-from cselab.training.encoder import SentenceEncoder, pad_batch
+from cselab.models import unpadded
+from cselab.models.encoder import SentenceEncoder, pad_batch
 
 
 def _backbone(kind: str, dropout: float = 0.0, attention_dropout: float | None = None, **extra):

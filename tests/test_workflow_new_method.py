@@ -32,7 +32,7 @@ import signal
 import torch
 from torch import nn
 
-from cselab.training.heads import make_head
+from cselab.models.heads import make_head
 from cselab.training.losses import info_nce
 from cselab.training.methods import Method, Output
 

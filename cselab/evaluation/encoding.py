@@ -102,7 +102,7 @@ class ModelEncoder:
     under ``cache_dir`` and timing. ``settings``: ``pooler``, ``max_len``, ``batch_size``, ``cache``."""
 
     def __init__(self, model_dir: Path, settings: dict, cache_dir: Path | None):
-        from cselab.training.encoder import load_encoder
+        from cselab.models.encoder import load_encoder
 
         self.settings, self.dir = settings, Path(model_dir)
         import torch
@@ -123,7 +123,7 @@ class ModelEncoder:
         """
         import time
 
-        from cselab.training.encoder import DEFAULT_MAX_TOKENS
+        from cselab.models.encoder import DEFAULT_MAX_TOKENS
 
         def encode(sentences):
             tic = time.perf_counter()

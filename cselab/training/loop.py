@@ -44,11 +44,12 @@ from cselab.data.corpus import read_sentences
 from cselab.data.tokens import to_device, tokenize_corpus
 from cselab.errors import ConfigError, DataError
 from cselab.io import link_or_copy, open_atomic, write_json, write_with
+from cselab.models.checkpoints import resolve_model
+from cselab.models.encoder import SentenceEncoder, load_encoder
+from cselab.models.heads import save_head
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
-from cselab.training.encoder import SentenceEncoder, load_encoder
 from cselab.training.methods import build_objective
-from cselab.training.models import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -256,9 +257,9 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
                 objective.primary.export(tmp)
                 return
             encoder.save(tmp)
-            head = getattr(objective.primary, "head", None)
-            if isinstance(head, torch.nn.Module):
-                torch.save(head.state_dict(), tmp / "head.pt")
+            head, kind = getattr(objective.primary, "head", None), getattr(objective.primary.options, "head", None)
+            if isinstance(head, torch.nn.Module) and kind:
+                save_head(tmp, head, kind)
         write_with(target, fill)
 
     def evaluate(step: int, epoch: int, keep: bool) -> None:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cselab.training.heads import init_linear
+from cselab.models.heads import init_linear
 from cselab.training.losses import fp32
 
 IGNORE = -100

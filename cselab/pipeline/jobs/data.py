@@ -48,7 +48,7 @@ def prepare_senteval(smk) -> None:
 def resolve_plm(smk) -> None:
     from transformers import AutoConfig
 
-    from cselab.training.models import resolve_model
+    from cselab.models.checkpoints import resolve_model
 
     with run(smk, params={"plm": smk.wildcards.plm, "model": smk.params.model}, label=smk.wildcards.plm) as r:
         path = resolve_model(smk.params.model)

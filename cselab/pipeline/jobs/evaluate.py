@@ -19,7 +19,7 @@ JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "evaluate
 
 def model_dir(model_input: str | Path) -> Path:
     """A rule's model input: a trained checkpoint dir, or the resolved-PLM JSON of an untrained one."""
-    from cselab.training.models import resolve_model
+    from cselab.models.checkpoints import resolve_model
 
     path = Path(model_input)
     return resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
@@ -66,7 +66,7 @@ def evaluate_stsb_dev_head(smk) -> None:
     """STS-B dev through the method's training head (SimCSE's "cls" pooler, InfoCSE Table 9), on
     the cached raw [CLS] embeddings: nothing is encoded twice."""
     from cselab.evaluation import sts
-    from cselab.training.heads import load_head
+    from cselab.models.heads import load_head
 
     root = senteval_root(smk.input.senteval)
     head = load_head(model_dir(smk.input.model))

@@ -67,7 +67,7 @@ def stsb_dev_score(encoder, senteval: Path, batch_size: int) -> dict:
     """STS-B dev metrics of ``encoder`` (the checkpoint-selection score); a module-level
     function, so a multi-process job can carry it to rank 0."""
     from cselab.evaluation.sts import dev_metrics
-    from cselab.training.encoder import DEFAULT_MAX_TOKENS
+    from cselab.models.encoder import DEFAULT_MAX_TOKENS
 
     return dev_metrics(partial(encoder.encode, batch_size=batch_size, max_tokens=DEFAULT_MAX_TOKENS),
                        _stsb_dev(senteval))

@@ -4,7 +4,7 @@ A method is one module in this folder, found by scanning it (no list to edit), p
 under ``methods:`` in the config. A :class:`Method` subclass with a ``name`` registers itself;
 it receives a :class:`Context` and owns
 
-- its training head(s) (:func:`cselab.training.heads.make_head`) and any extra networks:
+- its training head(s) (:func:`cselab.models.heads.make_head`) and any extra networks:
   trainable ones are ordinary submodules (optimised and checkpointed), fixed inputs are
   registered with :meth:`Method.freeze` (no gradients, not in the optimizer, not in the
   resumable state, moved to the device with the method);

@@ -17,7 +17,7 @@ from torch import nn
 
 from cselab.errors import ConfigError
 from cselab.data.tokens import TokenizedCorpus, to_device
-from cselab.training.heads import HEADS, init_linear, make_head
+from cselab.models.heads import HEADS, init_linear, make_head
 from cselab.training.losses import info_nce
 from cselab.training.methods import Method, Output, repeat_lengths
 

@@ -44,7 +44,7 @@ AUGMENTS = ("replace", "insert", "delete", "all")
 def load_generator(ctx, generator: str | None) -> mlm.MaskedLM:
     """The frozen generator: a masked LM's hub id or path, else the declared stage export; it must
     share the PLM's vocabulary."""
-    from cselab.training.models import resolve_model
+    from cselab.models.checkpoints import resolve_model
 
     source = resolve_model(generator) if generator else ctx.artifacts["generator"]
     model = mlm.load_masked_lm(source)

@@ -16,7 +16,7 @@ import dataclasses
 import torch
 
 from cselab.training import mlm
-from cselab.training.heads import HEADS, make_head
+from cselab.models.heads import HEADS, make_head
 from cselab.training.losses import info_nce, info_nce_hard_negatives
 from cselab.training.methods import Method, Output, dropout_views
 from cselab.training.methods.diffcse import AUGMENTS, Editor, load_generator

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from cselab.training import losses as L
-from cselab.training.heads import HEADS, make_head
+from cselab.models.heads import HEADS, make_head
 from cselab.training.methods import Method, Output, dropout_views
 
 CONTRASTIVE = ("infonce", "arccon", "mpt", "met", "mat")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from cselab.training.heads import HEADS, make_head
+from cselab.models.heads import HEADS, make_head
 from cselab.training.losses import info_nce
 from cselab.training.methods import Method, Output, dropout_views
 

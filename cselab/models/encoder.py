@@ -2,9 +2,9 @@
 
 The sentence embedding is the final-layer [CLS] vector (SimCSE's "cls_before_pooler") or the
 mean of the final layer over real tokens (``avg``). Training heads belong to the methods
-(:mod:`cselab.training.heads`). ``encode`` is the one inference path of every evaluator:
+(:mod:`cselab.models.heads`). ``encode`` is the one inference path of every evaluator:
 length-sorted batches, dynamic padding, ``torch.inference_mode``. The pooled forward runs over
-real tokens only (:mod:`cselab.training.unpadded`) for BERT-style backbones unless
+real tokens only (:mod:`cselab.models.unpadded`) for BERT-style backbones unless
 ``unpadded`` is switched off; a forward that asks for the backbone's outputs is Hugging Face's.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cselab.training import unpadded
+from cselab.models import unpadded
 
 POOLERS = ("cls", "avg")
 #: padded tokens per evaluation batch unless ``evaluation.max_tokens`` says otherwise
@@ -180,7 +180,7 @@ def pad_batch(ids: list[list[int]], pad_id: int, device: torch.device | str = "c
 
 
 def load_encoder(model_dir: Path, pooler: str = "cls", dropout: float | None = None) -> SentenceEncoder:
-    from cselab.training.models import load_backbone
+    from cselab.models.checkpoints import load_backbone
 
     tokenizer, backbone = load_backbone(Path(model_dir), dropout=dropout)
     return SentenceEncoder(backbone, tokenizer, pooler=pooler)

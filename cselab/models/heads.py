@@ -1,5 +1,6 @@
-"""Training heads over the pooled sentence embedding, used in training only (SimCSE's
-"mlp_only_train"; evaluation reads the raw [CLS]). A method picks its head by name:
+"""Training heads over the pooled sentence embedding (SimCSE's "mlp_only_train": evaluation reads
+the raw [CLS], except InfoCSE Table 9's "cls" pooler, which applies the saved head). A method
+picks its head by name:
 
 - ``mlp``: ``Linear(H, H) + Tanh`` (SimCSE, Gao et al., 2021, section 3; CompCSE);
 - ``batchnorm``: ``Linear(H, 2H, no bias) -> BatchNorm1d(2H) -> ReLU -> Linear(2H, H, no bias)
@@ -48,10 +49,25 @@ def init_linear(module: nn.Module, std: float, bias_std: float = 0.0) -> None:
                 nn.init.normal_(m.bias, std=bias_std) if bias_std else nn.init.zeros_(m.bias)
 
 
+HEAD_WEIGHTS, HEAD_META = "head.pt", "head.json"
+
+
+def save_head(out_dir, head: nn.Module, kind: str) -> None:
+    """A checkpoint's training head: its weights (``head.pt``) and its kind (``head.json``), so
+    evaluation can rebuild it without knowing the method that trained it."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    torch.save(head.state_dict(), Path(out_dir) / HEAD_WEIGHTS)
+    (Path(out_dir) / HEAD_META).write_text(json.dumps({"kind": kind}))
+
+
 def load_head(model_dir):
-    """The training head saved with a checkpoint (``head.pt``, kind from ``cselab.json``), as a
-    numpy -> numpy function in eval mode (a BatchNorm head uses its running statistics): SimCSE's
-    "cls" pooler at evaluation, where ``cls_before_pooler`` is the raw [CLS] every evaluator reads."""
+    """The training head saved with a checkpoint (:func:`save_head`), as a numpy -> numpy function
+    in eval mode (a BatchNorm head uses its running statistics): SimCSE's "cls" pooler at
+    evaluation, where ``cls_before_pooler`` is the raw [CLS] every evaluator reads."""
     import json
     from pathlib import Path
 
@@ -59,18 +75,14 @@ def load_head(model_dir):
     import torch
 
     from cselab.errors import ModelError
-    from cselab.training.methods import method_class
 
     model_dir = Path(model_dir)
-    meta, weights = model_dir / "cselab.json", model_dir / "head.pt"
+    meta, weights = model_dir / HEAD_META, model_dir / HEAD_WEIGHTS
     if not meta.is_file() or not weights.is_file():
-        raise ModelError(f"{model_dir} has no training head (head.pt and cselab.json): an untrained PLM, or a "
-                         f"checkpoint from before heads were saved, cannot be evaluated with the 'cls' pooler")
-    spec = json.loads(meta.read_text())["experiment"]
-    options = method_class(spec["objective"]).check_options(spec["options"])
-    kind = getattr(options, "head", None)
-    if kind is None:
-        raise ModelError(f"method {spec['objective']!r} of {model_dir} has no 'head' option")
+        raise ModelError(f"{model_dir} has no training head ({HEAD_WEIGHTS} and {HEAD_META}): an untrained PLM, a "
+                         f"method without a head, or a checkpoint from before heads were saved with their kind, "
+                         f"cannot be evaluated with the 'cls' pooler")
+    kind = json.loads(meta.read_text())["kind"]
     state = torch.load(weights, map_location="cpu", weights_only=True)
     hidden = next(v for k, v in state.items() if k.endswith("weight")).shape[-1]
     head = make_head(kind, hidden)
