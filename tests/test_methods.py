@@ -172,7 +172,7 @@ def test_info_nce_runs_in_fp32_under_autocast():
 def test_fp16_uses_a_gradient_scaler_and_bf16_does_not():
     """fp16 gradients below 3e-8 underflow to 0 without loss scaling (the references trained
     with fp16 + a scaler); with the scaler the tiny gradient survives."""
-    from cselab.training.loop import Precision
+    from cselab.training.numerics import Precision
 
     def one_step(precision):
         w = nn.Parameter(torch.zeros(8, 8))

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import logging
 import math
 import random
 import shutil
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -42,7 +42,7 @@ from torch.profiler import record_function
 
 from cselab.data.corpus import read_sentences
 from cselab.data.tokens import to_device, tokenize_corpus
-from cselab.errors import ConfigError, DataError
+from cselab.errors import DataError
 from cselab.io import link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
@@ -50,51 +50,18 @@ from cselab.models.heads import save_head
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
 from cselab.training.methods import build_objective
+from cselab.training.numerics import Precision, linear_schedule, make_optimizer, warmup_steps
 
 log = logging.getLogger(__name__)
 
 CURVE_FIELDS = ["step", "epoch", "loss", "lr", "stsb_dev_spearman", "sentences_per_s"]
 DevScore = Callable[[SentenceEncoder], "float | dict"]
-#: training.precision -> autocast dtype (None: no autocast)
-DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-class Precision:
-    """Autocast and loss scaling for one ``training.precision``: ``fp32`` (no autocast), ``bf16``
-    (autocast, no scaler needed) or ``fp16`` (autocast with a gradient scaler, as the references'
-    HF Trainer ran ``--fp16``). The loss terms are computed in fp32 either way
-    (:func:`cselab.training.losses.fp32`)."""
-
-    def __init__(self, name: str, device: torch.device):
-        if name not in DTYPES:
-            raise ConfigError(f"config key 'training.precision': {name!r} is not one of {list(DTYPES)}")
-        self.name, self.device = name, device
-        self.dtype = DTYPES[name]
-        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
-        if self.scaler.is_enabled():  # a step the scaler skips (overflow) still advances the schedule, as in HF
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
-
-    def autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        self.scaler.scale(loss).backward()
-
-    def step(self, optimizer: torch.optim.Optimizer, params: list, max_grad_norm: float | None) -> None:
-        """Unscale, clip, step (skipped by the scaler when fp16 gradients overflowed), update."""
-        if max_grad_norm:
-            self.scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        self.scaler.step(optimizer)
-        self.scaler.update()
 
 
 class Window:
@@ -164,6 +131,291 @@ class TrainResult:
     resumed_from: int = 0
 
 
+@dataclass
+class LoopState:
+    """Where a run is: what a checkpoint saves besides the networks, the optimizer, the schedule,
+    the scaler and the RNGs (and what a resumed run continues from)."""
+
+    step: int = 0
+    seen: int = 0                      # sentences trained on
+    train_time: float = 0.0            # seconds of logged windows
+    best_step: int = -1
+    best_dev: float = -math.inf
+    epoch: int = 0
+    order: torch.Tensor | None = None  # the epoch's shuffled sentence order
+    next_start: int = 0                # the next batch's offset in it
+    curve: list[dict] = field(default_factory=list)
+    window: dict | None = None         # the open logging window (Window.state())
+
+
+@dataclass
+class Schedule:
+    """How long the run is: batches per epoch, the schedule's length, the last step trained."""
+
+    per_epoch: int
+    total: int
+    last: int
+    batch_size: int
+    accumulate: int
+
+
+class Trainer:
+    """One training run in named steps: :meth:`set_up` (encoder, objective, corpus, schedule),
+    :meth:`optimizer_and_schedule`, :meth:`process_group` (several processes), :meth:`resume`,
+    :meth:`step`, :meth:`checkpoint` and :meth:`finish`; :func:`train` runs them in order."""
+
+    def __init__(self, spec: dict, t: dict, device: torch.device, out_dir: Path, dev_score: DevScore | None,
+                 on_log: Callable[[dict], None] | None):
+        self.spec, self.t, self.dev, self.dev_score, self.on_log = spec, t, device, dev_score, on_log
+        self.out_dir, self.model_dir = Path(out_dir), Path(out_dir) / "model"
+        self.main, self.world = D.is_main(), D.world_size()
+        self.state = LoopState()
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def set_up(self, corpus_path: Path, artifacts: dict | None, token_cache: Path | None) -> None:
+        """The encoder, the objective (with its methods' heads and networks), the tokenised
+        corpus attached to it, and the run's length."""
+        spec, t = self.spec, self.t
+        plm_dir = resolve_model(spec["model"])
+        self.encoder = load_encoder(plm_dir, pooler=t.get("pooler", "cls"), dropout=t.get("dropout")).to(self.dev)
+        padded_because = self.encoder.use_unpadded(t.get("unpadded", True))
+        if padded_because:
+            log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
+        self.objective = build_objective({**spec, "training": t}, self.encoder, artifacts, plm_dir).to(self.dev)
+        sentences = read_sentences(corpus_path, min_lines=2)
+
+        def tokenize(texts: list[str]):
+            return tokenize_corpus(texts, self.encoder.tokenizer, t["max_len"], token_cache)
+
+        self.corpus = tokenize(sentences)
+        self.objective.attach_corpus(sentences, self.corpus, tokenize)
+        self.schedule = self._schedule(corpus_path)
+
+    def _schedule(self, corpus_path: Path) -> Schedule:
+        t, n = self.t, len(self.corpus)
+        batch_size = t["batch_size"]
+        per_epoch = n // batch_size + (1 if n % batch_size >= 2 else 0)
+        if per_epoch == 0:
+            raise DataError(f"training corpus {corpus_path} has {n} sentences, fewer than 2 per batch")
+        total = per_epoch * t["epochs"]
+        if t.get("max_steps"):
+            total = min(total, t["max_steps"])
+        last = min(total, t.get("stop_at") or total)  # the last step actually trained
+        accumulate = t.get("accumulation_steps") or 1
+        remainder = n % batch_size
+        smallest = remainder if remainder >= 2 and last >= per_epoch else batch_size  # the epoch's last batch
+        if smallest < 2 * self.world * accumulate:  # a BatchNorm head or an in-batch loss needs 2 rows
+            raise DataError(f"a batch of {smallest} sentences (training.batch_size {batch_size}, corpus of {n}) "
+                            f"cannot be split into {self.world} process(es) x {accumulate} accumulation step(s) of "
+                            "at least 2 sentences; lower training.devices or training.accumulation_steps")
+        return Schedule(per_epoch, total, last, batch_size, accumulate)
+
+    def optimizer_and_schedule(self) -> None:
+        """AdamW with the linear schedule, the data-order generator and the precision."""
+        self.optimizer = make_optimizer(self.encoder, self.objective, self.t, self.dev)
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.scheduler = linear_schedule(self.optimizer, self.schedule.total, warmup_steps(self.t, self.schedule.total))
+        self.generator = torch.Generator().manual_seed(self.spec["seed"])
+        self.precision = Precision(self.t.get("precision", "fp32"), self.dev)
+
+    def process_group(self) -> None:
+        """The trained networks as one module; on several processes DistributedDataParallel, with
+        BatchNorm over the global batch unless ``batchnorm_stats: per_process``."""
+        trainable: nn.Module = Trainable(self.encoder, self.objective)
+        if self.world > 1:
+            if self.t.get("batchnorm_stats", "global") == "global":  # the single-process math, on every backend
+                D.global_batchnorm(trainable)
+            # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
+            # (static_graph), or on every backward where micro-batches skip the gradient sync
+            # (no_sync does not combine with static_graph)
+            trainable = nn.parallel.DistributedDataParallel(
+                trainable, device_ids=[self.dev] if self.dev.type == "cuda" else None,
+                **({"find_unused_parameters": True} if self.schedule.accumulate > 1 else {"static_graph": True}))
+        self.trainable = trainable
+
+    # -- resume and checkpoint ----------------------------------------------------------------
+
+    def resume(self, checkpoints: Checkpoints | None) -> bool:
+        """Continue from the latest matching checkpoint, if any (rank 0 picks it, every process
+        reads it); returns whether the run resumed."""
+        found = D.broadcast_object(checkpoints.latest() if checkpoints and self.main else None)
+        saved = checkpoints.read(found) if found else None
+        if not saved:
+            return False
+        log.info("resuming %s from step %d", self.spec["id"], saved["loop"]["step"])
+        for name in ("encoder", "objective", "optimizer", "scheduler"):
+            getattr(self, name).load_state_dict(saved[name])
+        self.precision.scaler.load_state_dict(saved["scaler"])
+        self._restore_rngs(saved.get("rng_ranks"), saved["rng"])
+        loop = dict(saved["loop"])
+        if loop["order"] is not None:
+            loop["order"] = torch.as_tensor(loop["order"], dtype=torch.long)
+        self.state = LoopState(**loop)
+        if self.main and self.state.best_step >= 0:  # the job runner may have deleted model/ with the failed job's outputs
+            write_with(self.model_dir, lambda tmp: shutil.copytree(saved["best_dir"], tmp, copy_function=link_or_copy))
+        elif self.main:
+            shutil.rmtree(self.model_dir, ignore_errors=True)
+        return True
+
+    def _restore_rngs(self, ranks: list | None, first: dict) -> None:
+        if ranks and len(ranks) == self.world:
+            set_rng_state(ranks[D.rank()], self.generator)
+            return
+        set_rng_state(first, self.generator)
+        if self.world > 1 or ranks and len(ranks) > 1:
+            log.info("resuming a %d-process checkpoint on %d process(es): same data order, new dropout streams",
+                     len(ranks or [0]), self.world)
+
+    def checkpoint(self, checkpoints: Checkpoints, window: Window) -> None:
+        """Save the resumable state (after the step's evaluation: the RNGs as they are now); every
+        process joins the collectives, rank 0 writes (parameters are identical everywhere)."""
+        rngs = D.all_objects(rng_state(self.generator))
+        loop = dataclasses.replace(self.state, window=window.state())
+        if self.main:
+            checkpoints.save({
+                "encoder": self.encoder.state_dict(), "objective": self.objective.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "scaler": self.precision.scaler.state_dict(), "rng": rngs[0], "rng_ranks": rngs,
+                "world_size": self.world, "step": loop.step, "loop": dataclasses.asdict(loop),
+            }, self.model_dir if loop.best_step >= 0 else None)
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def record(self, row: dict) -> None:
+        self.state.curve.append(row)
+        if self.on_log and self.main:
+            self.on_log(row)
+
+    def save_model(self) -> None:
+        """The model as it is now into ``model/``: a pretraining stage's export, or the encoder
+        (Hugging Face + sentence-transformers) with the primary method's head and its kind."""
+        primary = self.objective.primary
+
+        def fill(tmp: Path) -> None:
+            if self.dev_score is None:
+                primary.export(tmp)
+                return
+            self.encoder.save(tmp)
+            head, kind = getattr(primary, "head", None), getattr(primary.options, "head", None)
+            if isinstance(head, nn.Module) and kind:
+                save_head(tmp, head, kind)
+
+        write_with(self.model_dir, fill)
+
+    def evaluate(self, keep: bool) -> None:
+        """Rank 0 scores STS-B dev and keeps the best model; the others go on to the next step's
+        collectives."""
+        if not self.main:
+            return
+        out = self.dev_score(self.encoder)
+        metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
+        score, s = metrics["stsb_dev_spearman"], self.state
+        log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
+        self.record({"step": s.step, "epoch": s.epoch, **metrics})
+        if keep and not math.isnan(score) and score > s.best_dev:
+            s.best_step, s.best_dev = s.step, score
+            self.save_model()
+
+    def step(self, index: torch.Tensor, window: Window, multiple: int) -> None:
+        """One optimizer step on the global batch ``index``: each micro-batch prepared, forward
+        in the run's precision, backward; gradients averaged over processes once."""
+        accumulate, world = self.schedule.accumulate, self.world
+        micro = torch.tensor_split(index, accumulate)
+        pad_id = self.encoder.tokenizer.pad_token_id
+        for m, micro_index in enumerate(micro):
+            with record_function("cselab.batch"):
+                local = D.shard(micro_index)
+                # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
+                batch = {**to_device(self.corpus.batch(local, pad_id, multiple), self.dev), "index": local,
+                         "lengths": self.corpus.lengths[local]}
+            with record_function("cselab.prepare"), torch.no_grad():
+                batch = self.objective.prepare(batch)
+            sync = contextlib.nullcontext() if world == 1 or m == len(micro) - 1 else self.trainable.no_sync()
+            with sync:
+                with record_function("cselab.forward"), self.precision.autocast():
+                    loss, terms, scalars = self.trainable(batch)
+                with record_function("cselab.backward"):
+                    self.precision.backward(loss / accumulate if accumulate > 1 else loss)
+            window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
+                       len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1)
+        with record_function("cselab.optimizer"):
+            self.precision.step(self.optimizer, self.params, self.t.get("max_grad_norm"))
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.seen += len(index)
+
+    def log_window(self, window: Window) -> Window:
+        """The logging window's means as a curve row (a new window begins)."""
+        means, s = window.means(), self.state
+        if not math.isfinite(means["loss"]):
+            raise FloatingPointError(f"loss became {means['loss']} by step {s.step}; lower training.lr")
+        s.train_time += window.seconds
+        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": self.scheduler.get_last_lr()[0],
+                     "sentences_per_s": window.sentences / window.seconds})
+        return Window()
+
+    def run_epochs(self, checkpoints: Checkpoints | None) -> None:
+        """The epochs from where the state is: steps, logging windows, STS-B dev at multiples of
+        ``eval_steps`` (and the last step with ``eval_at_end``), checkpoints every
+        ``checkpoint_steps``."""
+        t, s, sched = self.t, self.state, self.schedule
+        # with torch.compile, a few padded lengths (multiples of 8) instead of every length up to max_len
+        multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
+        eval_steps, log_steps, every = t.get("eval_steps") or 0, t.get("log_steps", 10), t.get("checkpoint_steps") or 0
+        window = Window.restore(s.window)
+        while s.epoch < t["epochs"] and s.step < sched.last:
+            if s.order is None:
+                s.order = torch.randperm(len(self.corpus), generator=self.generator)
+            while s.next_start < sched.per_epoch * sched.batch_size:
+                with record_function("cselab.step"):  # named ranges: the profiler's view of a step
+                    self.step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
+                s.next_start += sched.batch_size
+                if s.step % log_steps == 0 or s.step == sched.last:
+                    window = self.log_window(window)
+                if self.dev_score is not None and ((eval_steps and s.step % eval_steps == 0)
+                                                   or (t.get("eval_at_end") and s.step == sched.last)):
+                    self.evaluate(keep=True)
+                    self.encoder.train()
+                    window.start = time.perf_counter() if window.steps == 0 else window.start
+                if s.step >= sched.last:
+                    return
+                if checkpoints and every and s.step % every == 0:
+                    self.checkpoint(checkpoints, window)
+            s.epoch, s.order, s.next_start = s.epoch + 1, None, 0
+
+    # -- finish ----------------------------------------------------------------------------------
+
+    def finish(self, checkpoint_dir: Path | None) -> None:
+        """Rank 0 writes the outputs (the other processes are done): the model (a stage's export,
+        or the final weights when nothing was scored), its ``cselab.json``, the curve."""
+        if not self.main:
+            return
+        s = self.state
+        if self.dev_score is None or s.best_step < 0:
+            if self.dev_score is not None and any("stsb_dev_spearman" in r and r["step"] > 0 for r in s.curve):
+                raise FloatingPointError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
+            if self.dev_score is not None:
+                log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", s.step,
+                            self.t.get("eval_steps"))
+            s.best_step, s.best_dev = s.step, math.nan
+            self.save_model()
+        write_json(self.model_dir / "cselab.json",
+                   {"experiment": self.spec, "best_step": s.best_step, "stsb_dev_spearman": s.best_dev})
+        write_curve(s.curve, self.out_dir / "curve.csv")
+        if checkpoint_dir:
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+    def describe(self) -> None:
+        t, sched = self.t, self.schedule
+        log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec["id"],
+                 len(self.corpus), sched.last, sched.total, sched.batch_size, " + ".join(self.objective.names),
+                 self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not t.get("compile") else
+                 "padded", ", compiled" if t.get("compile") else "",
+                 f", {self.world} processes" if self.world > 1 else "")
+
+
 def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
           on_log: Callable[[dict], None] | None = None, device: str | None = None,
           checkpoint_dir: Path | None = None, artifacts: dict[str, Path] | None = None,
@@ -187,246 +439,34 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     """
     t = {**spec["training"], **(operational or {})}
     set_seed(spec["seed"])  # the same on every process: the data order is shared
-    main, world = D.is_main(), D.world_size()
+    run = Trainer(spec, t, _device(device), out_dir, dev_score, on_log)
+    run.set_up(corpus_path, artifacts, token_cache)
+    run.optimizer_and_schedule()
+    run.process_group()
+    checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
+    resumed = run.resume(checkpoints)
+    resumed_from = run.state.step
+    if t.get("compile"):
+        run.encoder.compile_backbone(mode=None if t["compile"] is True else t["compile"])
+    run.describe()
+    if not resumed and dev_score is not None:
+        run.evaluate(keep=False)
+    run.objective.train()
+    run.encoder.train()
+    run.run_epochs(checkpoints)
+    run.finish(checkpoint_dir)
+    s = run.state
+    return TrainResult(best_step=s.best_step, best_dev=s.best_dev, steps=s.step, train_seconds=s.train_time,
+                       sentences_per_s=s.seen / s.train_time if s.train_time else float("nan"), curve=s.curve,
+                       resumed_from=resumed_from)
+
+
+def _device(device: str | None) -> torch.device:
+    """The run's device: given, else this process's GPU, else the CPU."""
     if device is None:
         device = (f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() and D.is_distributed()
                   else "cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    out_dir = Path(out_dir)
-    model_dir = out_dir / "model"
-
-    plm_dir = resolve_model(spec["model"])
-    encoder = load_encoder(plm_dir, pooler=t.get("pooler", "cls"), dropout=t.get("dropout")).to(dev)
-    padded_because = encoder.use_unpadded(t.get("unpadded", True))
-    if padded_because:
-        log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
-    objective = build_objective({**spec, "training": t}, encoder, artifacts, plm_dir).to(dev)
-
-    sentences = read_sentences(corpus_path, min_lines=2)
-
-    def tokenize(texts: list[str]):
-        return tokenize_corpus(texts, encoder.tokenizer, t["max_len"], token_cache)
-
-    corpus = tokenize(sentences)
-    objective.attach_corpus(sentences, corpus, tokenize)
-    n_sentences, batch_size = len(corpus), t["batch_size"]
-    per_epoch = n_sentences // batch_size + (1 if n_sentences % batch_size >= 2 else 0)
-    if per_epoch == 0:
-        raise DataError(f"training corpus {corpus_path} has {n_sentences} sentences, fewer than 2 per batch")
-    total = per_epoch * t["epochs"]  # the schedule's length
-    if t.get("max_steps"):
-        total = min(total, t["max_steps"])
-    last = min(total, t.get("stop_at") or total)  # the last step actually trained
-    accumulate = t.get("accumulation_steps") or 1
-    remainder = n_sentences % batch_size
-    smallest = remainder if remainder >= 2 and last >= per_epoch else batch_size  # the epoch's last batch
-    if smallest < 2 * world * accumulate:  # a BatchNorm head or an in-batch loss needs 2 rows
-        raise DataError(f"a batch of {smallest} sentences (training.batch_size {batch_size}, corpus of {n_sentences}) "
-                        f"cannot be split into {world} process(es) x {accumulate} accumulation step(s) of at least "
-                        "2 sentences; lower training.devices or training.accumulation_steps")
-
-    optimizer = make_optimizer(encoder, objective, t, dev)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    scheduler = linear_schedule(optimizer, total, warmup_steps(t, total))
-    generator = torch.Generator().manual_seed(spec["seed"])
-    precision = Precision(t.get("precision", "fp32"), dev)
-    trainable: nn.Module = Trainable(encoder, objective)
-    if world > 1:
-        if t.get("batchnorm_stats", "global") == "global":  # the single-process math, on every backend
-            D.global_batchnorm(trainable)
-        # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
-        # (static_graph), or on every backward where micro-batches skip the gradient sync
-        # (no_sync does not combine with static_graph)
-        trainable = nn.parallel.DistributedDataParallel(
-            trainable, device_ids=[dev] if dev.type == "cuda" else None,
-            **({"find_unused_parameters": True} if accumulate > 1 else {"static_graph": True}))
-
-    curve: list[dict] = []
-    best_step, best_dev = -1, -math.inf
-    step, seen, train_time = 0, 0, 0.0
-    epoch0, order, start0, window_state = 0, None, 0, None
-
-    def record(row: dict) -> None:
-        curve.append(row)
-        if on_log and main:
-            on_log(row)
-
-    def save_model(target: Path) -> None:
-        def fill(tmp: Path) -> None:
-            if dev_score is None:
-                objective.primary.export(tmp)
-                return
-            encoder.save(tmp)
-            head, kind = getattr(objective.primary, "head", None), getattr(objective.primary.options, "head", None)
-            if isinstance(head, torch.nn.Module) and kind:
-                save_head(tmp, head, kind)
-        write_with(target, fill)
-
-    def evaluate(step: int, epoch: int, keep: bool) -> None:
-        """Rank 0 scores and keeps the best model; the others go on to the next step's collectives."""
-        nonlocal best_step, best_dev
-        if not main:
-            return
-        out = dev_score(encoder)
-        metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
-        score = metrics["stsb_dev_spearman"]
-        log.info("step %d: STS-B dev Spearman %.2f", step, score)
-        record({"step": step, "epoch": epoch, **metrics})
-        if keep and not math.isnan(score) and score > best_dev:
-            best_step, best_dev = step, score
-            save_model(model_dir)
-
-    every = t.get("checkpoint_steps") or 0
-    checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
-    # rank 0 picks (and cleans up) the checkpoint; every process reads the same one
-    found = D.broadcast_object(checkpoints.latest() if checkpoints and main else None)
-    state = checkpoints.read(found) if found else None
-    if state:
-        log.info("resuming %s from step %d", spec["id"], state["step"])
-        encoder.load_state_dict(state["encoder"])
-        objective.load_state_dict(state["objective"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        precision.scaler.load_state_dict(state["scaler"])
-        ranks = state.get("rng_ranks")
-        if ranks and len(ranks) == world:
-            set_rng_state(ranks[D.rank()], generator)
-        else:
-            set_rng_state(state["rng"], generator)
-            if world > 1 or ranks and len(ranks) > 1:
-                log.info("resuming a %d-process checkpoint on %d process(es): same data order, new dropout streams",
-                         len(ranks or [0]), world)
-        curve = state["curve"]
-        step, seen, train_time = state["step"], state["seen"], state["train_time"]
-        best_step, best_dev = state["best_step"], state["best_dev"]
-        epoch0, start0 = state["epoch"], state["next_start"]
-        order = None if state["order"] is None else torch.as_tensor(state["order"], dtype=torch.long)
-        window_state = state["window"]
-        if main and best_step >= 0:  # the job runner may have deleted out_dir/model with the failed job's outputs
-            write_with(model_dir, lambda tmp: shutil.copytree(state["best_dir"], tmp, copy_function=link_or_copy))
-        elif main:
-            shutil.rmtree(model_dir, ignore_errors=True)
-    resumed_from = step
-
-    pad_id = encoder.tokenizer.pad_token_id
-    # with torch.compile, a few padded lengths (multiples of 8) instead of every length up to max_len
-    multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
-    if t.get("compile"):
-        encoder.compile_backbone(mode=None if t["compile"] is True else t["compile"])
-    log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", spec["id"],
-             n_sentences, last, total, batch_size, " + ".join(objective.names), dev, precision.name,
-             "unpadded" if encoder.unpadded and not t.get("compile") else "padded",
-             ", compiled" if t.get("compile") else "", f", {world} processes" if world > 1 else "")
-    if not state and dev_score is not None:
-        evaluate(0, 0, keep=False)
-    objective.train()
-    encoder.train()
-    window = Window.restore(window_state)
-    eval_steps, log_steps = t.get("eval_steps") or 0, t.get("log_steps", 10)
-    for epoch in range(epoch0, t["epochs"]):
-        if step >= last:
-            break
-        if order is None:
-            order = torch.randperm(n_sentences, generator=generator)
-        for start in range(start0, per_epoch * batch_size, batch_size):
-            with record_function("cselab.step"):  # named ranges: the profiler's view of a step
-                index = order[start:start + batch_size]
-                micro = torch.tensor_split(index, accumulate)
-                for m, micro_index in enumerate(micro):
-                    with record_function("cselab.batch"):
-                        local = D.shard(micro_index)
-                        # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
-                        batch = {**to_device(corpus.batch(local, pad_id, multiple), dev), "index": local,
-                                 "lengths": corpus.lengths[local]}
-                    with record_function("cselab.prepare"), torch.no_grad():
-                        batch = objective.prepare(batch)
-                    # gradients are averaged over processes once, after the last micro-batch
-                    sync = contextlib.nullcontext() if world == 1 or m == len(micro) - 1 else trainable.no_sync()
-                    with sync:
-                        with record_function("cselab.forward"), precision.autocast():
-                            loss, terms, scalars = trainable(batch)
-                        with record_function("cselab.backward"):
-                            precision.backward(loss / accumulate if accumulate > 1 else loss)
-                    window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()},
-                                **scalars}, len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1)
-                with record_function("cselab.optimizer"):
-                    precision.step(optimizer, params, t.get("max_grad_norm"))
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                step += 1
-                seen += len(index)
-            if step % log_steps == 0 or step == last:
-                means = window.means()
-                if not math.isfinite(means["loss"]):
-                    raise FloatingPointError(f"loss became {means['loss']} by step {step}; lower training.lr")
-                train_time += window.seconds
-                record({"step": step, "epoch": epoch, **means, "lr": scheduler.get_last_lr()[0],
-                        "sentences_per_s": window.sentences / window.seconds})
-                window = Window()
-            if dev_score is not None and ((eval_steps and step % eval_steps == 0)
-                                          or (t.get("eval_at_end") and step == last)):
-                evaluate(step, epoch, keep=True)
-                encoder.train()
-                window.start = time.perf_counter() if window.steps == 0 else window.start
-            if step >= last:
-                break
-            if checkpoints and every and step % every == 0:  # after the step's evaluation: RNGs as they are now
-                rngs, window_now = D.all_objects(rng_state(generator)), window.state()  # every process joins
-                if main:  # parameters and optimizer state are identical on every process
-                    checkpoints.save({
-                        "encoder": encoder.state_dict(), "objective": objective.state_dict(),
-                        "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                        "scaler": precision.scaler.state_dict(), "rng": rngs[0], "rng_ranks": rngs,
-                        "epoch": epoch, "order": order, "next_start": start + batch_size,
-                        "step": step, "seen": seen, "train_time": train_time, "best_step": best_step,
-                        "best_dev": best_dev, "curve": curve, "window": window_now, "world_size": world,
-                    }, model_dir if best_step >= 0 else None)
-        order, start0 = None, 0
-    if main:  # the other processes are done: rank 0 writes the outputs
-        if dev_score is None or best_step < 0:
-            if dev_score is not None and any("stsb_dev_spearman" in r and r["step"] > 0 for r in curve):
-                raise FloatingPointError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
-            if dev_score is not None:
-                log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", step,
-                            eval_steps)
-            best_step, best_dev = step, math.nan
-            save_model(model_dir)
-        write_json(model_dir / "cselab.json",
-                   {"experiment": spec, "best_step": best_step, "stsb_dev_spearman": best_dev})
-        write_curve(curve, out_dir / "curve.csv")
-        if checkpoint_dir:
-            shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    return TrainResult(best_step=best_step, best_dev=best_dev, steps=step, train_seconds=train_time,
-                       sentences_per_s=seen / train_time if train_time else float("nan"), curve=curve,
-                       resumed_from=resumed_from)
-
-def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch.device) -> torch.optim.AdamW:
-    """AdamW over the encoder and the methods' parameter groups. With ``weight_decay``, biases
-    and LayerNorm weights are not decayed (the HF Trainer's rule, which the references used);
-    fused on CUDA (one kernel for all parameters, no host sync), foreach elsewhere."""
-    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
-              *objective.param_groups(t["lr"])]
-    decay = t.get("weight_decay", 0.0)
-    if decay:
-        exempt = {id(p) for module in (encoder, objective) for m in module.modules()
-                  for name, p in m.named_parameters(recurse=False)
-                  if name == "bias" or isinstance(m, nn.LayerNorm) or "layernorm" in type(m).__name__.lower()}
-        groups = [{**g, "params": ps, "weight_decay": wd} for g in groups
-                  for ps, wd in (([p for p in g["params"] if id(p) not in exempt], decay),
-                                 ([p for p in g["params"] if id(p) in exempt], 0.0)) if ps]
-    return torch.optim.AdamW(groups, lr=t["lr"], weight_decay=decay, fused=True if dev.type == "cuda" else None)
-
-
-def warmup_steps(t: dict, total: int) -> int:
-    """``warmup_steps``, or ``ceil(warmup_ratio * total)`` (the HF Trainer's rounding)."""
-    return t.get("warmup_steps") or math.ceil(t.get("warmup_ratio", 0.0) * total)
-
-
-def linear_schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """The HF Trainer's linear schedule: from 0 up to ``lr`` over ``warmup`` steps, then down to 0
-    at step ``total`` (the first step of a warm-up trains at lr 0, as there)."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+    return torch.device(device)
 
 
 def train_job(kwargs: dict) -> TrainResult:

@@ -1,0 +1,77 @@
+"""The numerics of a training step: the precision (autocast and the fp16 gradient scaler) and
+AdamW with the HF Trainer's linear schedule, as the references trained."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import torch
+from torch import nn
+
+from cselab.errors import ConfigError
+
+#: training.precision -> autocast dtype (None: no autocast)
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Precision:
+    """Autocast and loss scaling for one ``training.precision``: ``fp32`` (no autocast), ``bf16``
+    (autocast, no scaler needed) or ``fp16`` (autocast with a gradient scaler, as the references'
+    HF Trainer ran ``--fp16``). The loss terms are computed in fp32 either way
+    (:func:`cselab.training.losses.fp32`)."""
+
+    def __init__(self, name: str, device: torch.device):
+        if name not in DTYPES:
+            raise ConfigError(f"config key 'training.precision': {name!r} is not one of {list(DTYPES)}")
+        self.name, self.device = name, device
+        self.dtype = DTYPES[name]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=name == "fp16")
+        if self.scaler.is_enabled():  # a step the scaler skips (overflow) still advances the schedule, as in HF
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, params: list, max_grad_norm: float | None) -> None:
+        """Unscale, clip, step (skipped by the scaler when fp16 gradients overflowed), update."""
+        if max_grad_norm:
+            self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+
+def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch.device) -> torch.optim.AdamW:
+    """AdamW over the encoder and the methods' parameter groups. With ``weight_decay``, biases
+    and LayerNorm weights are not decayed (the HF Trainer's rule, which the references used);
+    fused on CUDA (one kernel for all parameters, no host sync), foreach elsewhere."""
+    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
+              *objective.param_groups(t["lr"])]
+    decay = t.get("weight_decay", 0.0)
+    if decay:
+        exempt = {id(p) for module in (encoder, objective) for m in module.modules()
+                  for name, p in m.named_parameters(recurse=False)
+                  if name == "bias" or isinstance(m, nn.LayerNorm) or "layernorm" in type(m).__name__.lower()}
+        groups = [{**g, "params": ps, "weight_decay": wd} for g in groups
+                  for ps, wd in (([p for p in g["params"] if id(p) not in exempt], decay),
+                                 ([p for p in g["params"] if id(p) in exempt], 0.0)) if ps]
+    return torch.optim.AdamW(groups, lr=t["lr"], weight_decay=decay, fused=True if dev.type == "cuda" else None)
+
+
+def warmup_steps(t: dict, total: int) -> int:
+    """``warmup_steps``, or ``ceil(warmup_ratio * total)`` (the HF Trainer's rounding)."""
+    return t.get("warmup_steps") or math.ceil(t.get("warmup_ratio", 0.0) * total)
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The HF Trainer's linear schedule: from 0 up to ``lr`` over ``warmup`` steps, then down to 0
+    at step ``total`` (the first step of a warm-up trains at lr 0, as there)."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
