@@ -176,7 +176,7 @@ def test_prepare_beir_rejects_symlink_member(server, tmp_path):
         link = zipfile.ZipInfo("tiny/corpus.jsonl")
         link.external_attr = 0o120777 << 16  # a symlink entry
         zf.writestr(link, "/etc/passwd")
-    with pytest.raises(DataError, match="symbolic link 'tiny/corpus.jsonl'"):
+    with pytest.raises(DataError, match="link or special file 'tiny/corpus.jsonl'"):
         _prepare(server, tmp_path, buf.getvalue())
 
 

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shutil
-import stat
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from cselab.data.download import extract_once, fetch
+from cselab.data.download import extract_once, local_or_download, safe_extract
 from cselab.errors import DataError
 from cselab.io import write_json, write_text
 
@@ -31,55 +26,6 @@ QRELS_HEADER = ["query-id", "corpus-id", "score"]
 #: in its corpus (beir-cellar/beir issues #101, #172); pytrec_eval still counts it as relevant,
 #: exactly as in BEIR. Other datasets must be consistent unless ``max_dangling_qrels`` says so.
 KNOWN_DANGLING_QRELS = {"arguana": 1}
-
-_CHUNK = 1 << 20
-_DRIVE = re.compile(r"^[A-Za-z]:")
-
-
-def _safe_extract_zip(zip_path: Path, dest: Path) -> None:
-    """Extract ``zip_path`` into ``dest``; reject absolute, ``..``, drive-letter and symlink
-    members, and turn a corrupt or truncated archive (bad header, bad CRC) into DataError."""
-    fix = "delete it and re-run to download it again, or set the local path to an unpacked copy"
-    dest = Path(dest)
-    root = dest.resolve()
-    try:
-        with zipfile.ZipFile(zip_path) as zf:
-            infos = zf.infolist()
-            for info in infos:
-                name = info.filename
-                parts = [p for p in re.split(r"[\\/]", name) if p]
-                if (name.startswith(("/", "\\")) or _DRIVE.match(name) or ".." in parts
-                        or not parts):
-                    raise DataError(
-                        f"{zip_path} contains an unsafe member {name!r} (absolute path or '..'); "
-                        f"refusing to extract it. Delete {zip_path} and re-download it from a "
-                        "trusted source."
-                    )
-                mode = info.external_attr >> 16
-                if stat.S_ISLNK(mode):
-                    raise DataError(
-                        f"{zip_path} contains a symbolic link {name!r}; refusing to extract it. "
-                        f"Delete {zip_path} and re-download it from a trusted source."
-                    )
-            for info in infos:
-                target = dest.joinpath(*[p for p in re.split(r"[\\/]", info.filename) if p])
-                if root not in target.resolve().parents and target.resolve() != root:
-                    raise DataError(f"{zip_path} member {info.filename!r} escapes {dest}; {fix}.")
-                if info.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out, _CHUNK)
-    except DataError:
-        raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
-        raise DataError(f"{zip_path} is corrupt or not a zip archive ({e}); {fix}.") from e
-    except OSError as e:
-        raise DataError(
-            f"Cannot extract {zip_path} into {dest}: {e}; free disk space or fix permissions, "
-            "then re-run."
-        ) from e
 
 
 
@@ -239,43 +185,45 @@ def prepare_beir(
          "subsets": {forum: counts} (cqadupstack only, else {}),
          "dangling_qrels": [..]}
     """
-    archive = None
-    if path:
-        base = Path(path).expanduser().resolve()
-        if not base.is_dir():
-            raise DataError(f"BEIR directory {base} (local path for {name!r}) does not exist; fix the "
-                            "local path or unset it to download the dataset.")
-        root = _find_root(base, name)
-        fix = (f"fix the local copy at {base} (a complete unpacked BEIR {name!r} dataset) or unset "
-               "the local path to download it")
-        if root is None:
-            raise DataError(f"BEIR file {base / 'corpus.jsonl'} is missing (local path for {name!r}); "
-                            f"{fix}.")
-        source = str(base)
-    elif url:
-        zip_path = Path(download_dir) / f"{name}.zip"
-        manual = (f"or download {url} manually, unzip it and set the local path to the folder "
-                  "holding corpus.jsonl")
-        try:
-            got = fetch(url, zip_path, sha256=sha256)
-        except DataError as e:
-            raise DataError(f"{e} Or: {manual}.") from e
-        archive = {"path": got["path"], "bytes": got["bytes"], "sha256": got["sha256"]}
-        out_dir = Path(out_dir)
-        if out_dir.resolve() in zip_path.resolve().parents:
-            raise DataError(f"download_dir {download_dir} is inside out_dir {out_dir}, whose content is "
-                            "replaced on re-extraction; choose separate directories.")
-        extract_once(zip_path, got["sha256"], out_dir, _safe_extract_zip)
-        fix = f"delete {zip_path} and {out_dir} and re-run, {manual}"
-        root = _find_root(out_dir, name)
-        if root is None:
-            raise DataError(f"{zip_path} holds no BEIR dataset (expected {name}/corpus.jsonl, "
-                            f"queries.jsonl, qrels/{split}.tsv); {fix}.")
-        source = url
-    else:
-        raise DataError(f"no source for BEIR dataset {name!r}: set data.beir.url or data.beir.path")
-    root = root.resolve()
+    root, source, archive, fix = _locate_beir(name, url, path, Path(out_dir), Path(download_dir), split, sha256)
+    verified = _verify_subsets(name, root, split, fix, max_dangling_qrels)
+    result = {"name": name, "source": source, "archive": archive, "root": str(root), "split": split, **verified}
+    write_json(Path(manifest), result)
+    return result
 
+
+def _locate_beir(name: str, url: str | None, path, out_dir: Path, download_dir: Path, split: str,
+                 sha256: str | None) -> tuple[Path, str, dict | None, str]:
+    """(dataset root, source, archive, the fix a verification error suggests): the local folder
+    in place, or the zip downloaded and safely extracted (once per archive)."""
+    manual = (f"or download {url} manually, unzip it and set the local path to the folder holding "
+              "corpus.jsonl")
+    got = local_or_download(f"BEIR directory for {name!r}", "data.beir", path=path, url=url,
+                            download_dir=download_dir, dest_name=f"{name}.zip", sha256=sha256, local_kind="dir",
+                            local_fix=f"set the local path (data.beir.path) to the folder holding {name}/")
+    if got.archive is None:
+        fix = (f"fix the local copy at {got.path} (a complete unpacked BEIR {name!r} dataset) or unset "
+               "the local path to download it")
+        root = _find_root(got.path, name)
+        if root is None:
+            raise DataError(f"BEIR file {got.path / 'corpus.jsonl'} is missing (local path for {name!r}); {fix}.")
+        return root.resolve(), got.source, None, fix
+    zip_path = got.path
+    if out_dir.resolve() in zip_path.resolve().parents:
+        raise DataError(f"download_dir {download_dir} is inside out_dir {out_dir}, whose content is "
+                        "replaced on re-extraction; choose separate directories.")
+    extract_once(zip_path, got.archive["sha256"], out_dir, safe_extract)
+    fix = f"delete {zip_path} and {out_dir} and re-run, {manual}"
+    root = _find_root(out_dir, name)
+    if root is None:
+        raise DataError(f"{zip_path} holds no BEIR dataset (expected {name}/corpus.jsonl, queries.jsonl, "
+                        f"qrels/{split}.tsv); {fix}.")
+    return root.resolve(), got.source, got.archive, fix
+
+
+def _verify_subsets(name: str, root: Path, split: str, fix: str, max_dangling_qrels: int | None) -> dict:
+    """Verify every (sub-)dataset under ``root``: the manifest's files, counts, subsets and the
+    dangling qrels (at most ``max_dangling_qrels``, default the known upstream count)."""
     subsets = beir_subsets(root)
     multi = subsets != [root]
     files: dict[str, dict] = {}
@@ -301,20 +249,7 @@ def prepare_beir(
             f"is a known upstream defect of the official release, pass "
             f"max_dangling_qrels={len(dangling)}.)"
         )
-    result = {
-        "name": name,
-        "source": source,
-        "archive": archive,
-        "root": str(root),
-        "split": split,
-        "files": files,
-        "counts": counts,
-        "subsets": per_subset,
-        "dangling_qrels": dangling,
-    }
-    write_json(Path(manifest), result)
-    return result
-
+    return {"files": files, "counts": counts, "subsets": per_subset, "dangling_qrels": dangling}
 
 
 @dataclass

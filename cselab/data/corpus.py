@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from cselab.data.download import fetch, url_basename, with_fix
+from cselab.data.download import local_or_download, url_basename
 from cselab.errors import DataError
 from cselab.io import open_atomic, write_json
 
@@ -36,29 +36,21 @@ def prepare_corpus(
     """
     if max_lines is not None and max_lines <= 0:
         raise DataError(f"data.corpus.max_lines must be a positive integer or null, got {max_lines!r}.")
-    if path:
-        src = Path(path).expanduser().resolve()
-        if not src.is_file():
-            raise DataError(
-                f"Corpus file {src} does not exist (data.corpus.path); fix data.corpus.path or "
-                "unset it to download data.corpus.url."
-            )
-        if src.stat().st_size == 0:
-            raise DataError(
-                f"Corpus file {src} is empty (data.corpus.path); point data.corpus.path at the real "
-                "corpus (one sentence per line)."
-            )
-        source = str(src)
-    elif url:
-        try:
-            got = fetch(url, Path(download_dir) / url_basename(url), sha256=sha256)
-        except DataError as e:
-            raise with_fix(e, url, "data.corpus.path=/path/to/wiki1m_for_simcse.txt") from e
-        src = Path(got["path"])
-        source = url
-    else:
-        raise DataError("No corpus given: set data.corpus.url or data.corpus.path.")
+    got = local_or_download("Corpus file", "data.corpus", path=path, url=url, download_dir=download_dir, sha256=sha256,
+                            local_fix="data.corpus.path=/path/to/wiki1m_for_simcse.txt")
+    if got.archive is None and got.path.stat().st_size == 0:
+        raise DataError(f"Corpus file {got.path} is empty (data.corpus.path); point data.corpus.path at the real "
+                        "corpus (one sentence per line).")
+    full = got.archive is not None and max_lines is None and url_basename(url) == CORPUS_FILENAME
+    result = {"source": got.source, **_clean_corpus(got.path, Path(out_txt), max_lines, full),
+              "max_lines": max_lines}
+    write_json(manifest, result)
+    return result
 
+
+def _clean_corpus(src: Path, out_txt: Path, max_lines: int | None, full: bool) -> dict:
+    """Copy ``src`` to ``out_txt`` one sentence per line: trailing newlines off, blank lines out,
+    at most ``max_lines``; ``full`` (the SimCSE corpus itself) must have 1,000,000 lines."""
     src_hash, out_hash = hashlib.sha256(), hashlib.sha256()
     source_lines = out_lines = 0
     with open(src, "rb") as f, open_atomic(out_txt, "wb") as out:
@@ -79,21 +71,11 @@ def prepare_corpus(
             out_lines += 1
         if out_lines == 0:
             raise DataError(f"Corpus file {src} has no non-empty lines; point data.corpus.path/url at the real corpus.")
-        if url and not path and max_lines is None and url_basename(url) == CORPUS_FILENAME \
-                and source_lines != CORPUS_FULL_LINES:
+        if full and source_lines != CORPUS_FULL_LINES:
             raise DataError(f"Corpus file {src} has {source_lines} lines, expected {CORPUS_FULL_LINES}: "
                             f"truncated or corrupt download, delete {src} and re-run.")
-    result = {
-        "source": source,
-        "source_sha256": src_hash.hexdigest(),
-        "source_lines": source_lines,
-        "out": str(out_txt),
-        "out_lines": out_lines,
-        "out_sha256": out_hash.hexdigest(),
-        "max_lines": max_lines,
-    }
-    write_json(manifest, result)
-    return result
+    return {"source_sha256": src_hash.hexdigest(), "source_lines": source_lines, "out": str(out_txt),
+            "out_lines": out_lines, "out_sha256": out_hash.hexdigest()}
 
 
 def read_sentences(path: Path, min_lines: int = 1) -> list[str]:

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import re
 import shutil
+import stat
+import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -25,8 +31,9 @@ def _manual_fix(source: str) -> str:
 
 
 def with_fix(err: DataError, source: str, setting: str) -> DataError:
-    """A copy of ``err`` whose generic manual-download fix names the config key to set."""
-    specific = f"download {source} manually and pass {setting}"
+    """A copy of ``err`` whose generic manual-download fix names the config key to set
+    (``setting``: ``key=value``, or a sentence starting with a verb)."""
+    specific = f"download {source} manually and " + (f"pass {setting}" if "=" in setting else setting)
     msg = str(err)
     return DataError(msg.replace(_manual_fix(source), specific) if _manual_fix(source) in msg
                      else f"{msg} Or {specific}.")
@@ -114,3 +121,93 @@ def extract_once(archive: Path, archive_sha: str, extract_dir: Path,
         tmp.mkdir()
         extract(archive, tmp)
         (tmp / _EXTRACT_MARKER).write_text(archive_sha + "\n")
+
+
+@dataclass
+class Source:
+    """Where a dataset comes from: ``path`` (the local file or folder, used in place, or the
+    downloaded file), ``source`` (what a manifest records: that path or the URL) and ``archive``
+    (``{"path", "bytes", "sha256"}`` of a download, else None)."""
+
+    path: Path
+    source: str
+    archive: dict | None = None
+
+
+def local_or_download(what: str, setting: str, *, path: str | Path | None, url: str | None, download_dir: Path,
+                      dest_name: str | None = None, sha256: str | None = None, local_kind: str = "file",
+                      local_fix: str | None = None) -> Source:
+    """The one "local path or download" rule of every data source: ``path`` (``setting``.path, a
+    ``local_kind`` "file" or "dir") wins and is used in place, never copied; otherwise ``url``
+    (``setting``.url) is fetched into ``download_dir`` (as ``dest_name``, default the URL's file
+    name; pinned by ``sha256``). Every failure is one :class:`DataError` naming the setting."""
+    if path:
+        local = Path(path).expanduser().resolve()
+        if not (local.is_dir() if local_kind == "dir" else local.is_file()):
+            raise DataError(f"{what} {local} does not exist ({setting}.path); fix {setting}.path or unset it to "
+                            f"download {setting}.url.")
+        return Source(local, str(local))
+    if url:
+        try:
+            got = fetch(url, Path(download_dir) / (dest_name or url_basename(url)), sha256=sha256)
+        except DataError as e:
+            raise with_fix(e, url, local_fix or f"{setting}.path=/path/to/a/local/copy") from e
+        return Source(Path(got["path"]), url, {"path": got["path"], "bytes": got["bytes"], "sha256": got["sha256"]})
+    raise DataError(f"No {what} given: set {setting}.url or {setting}.path.")
+
+
+_EXTRACT_FIX = "delete it and re-run to download it again, or set the local path to an unpacked copy"
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def _member_parts(archive: Path, name: str, is_link: bool) -> list[str]:
+    """A member's path parts, or a DataError for an absolute, ``..``, drive-letter or link member."""
+    parts = [p for p in re.split(r"[\\/]", name) if p]
+    if name.startswith(("/", "\\")) or _DRIVE.match(name) or ".." in parts or not parts:
+        raise DataError(f"{archive} contains an unsafe member {name!r} (absolute path or '..'); refusing to extract "
+                        f"it. Delete {archive} and re-download it from a trusted source.")
+    if is_link:
+        raise DataError(f"{archive} contains a link or special file {name!r}; refusing to extract it. "
+                        f"Delete {archive} and re-download it from a trusted source.")
+    return parts
+
+
+def _extract_zip(archive: Path, dest: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        infos = zf.infolist()
+        targets = [dest.joinpath(*_member_parts(archive, i.filename, stat.S_ISLNK(i.external_attr >> 16)))
+                   for i in infos]
+        for info, target in zip(infos, targets):
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, _CHUNK)
+
+
+def _extract_tar(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for m in members:
+            _member_parts(archive, m.name, m.issym() or m.islnk() or not (m.isfile() or m.isdir()))
+        for m in members:
+            tar.extract(m, dest, filter="data")
+
+
+def safe_extract(archive: Path, dest: Path) -> None:
+    """Extract a zip or tar ``archive`` into ``dest``, refusing absolute, ``..``, drive-letter,
+    link and special members (before writing anything); a corrupt or truncated archive (bad
+    header, bad CRC) and a full disk are each one :class:`DataError`."""
+    archive, dest = Path(archive), Path(dest)
+    kind = "zip" if archive.suffix.lower() == ".zip" or zipfile.is_zipfile(archive) else "tar"
+    try:
+        (_extract_zip if kind == "zip" else _extract_tar)(archive, dest)
+    except DataError:
+        raise
+    except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, NotImplementedError) as e:
+        reason = " ".join(str(e).split())  # one line (tarfile lists every method it tried)
+        raise DataError(f"{archive} is corrupt or not a {kind} archive ({reason}); {_EXTRACT_FIX}.") from e
+    except OSError as e:
+        raise DataError(f"Cannot extract {archive} into {dest}: {e}; free disk space or fix permissions, "
+                        "then re-run.") from e

@@ -4,11 +4,10 @@ and verified file by file (expected files, published row counts, STS input/gold 
 from __future__ import annotations
 
 import hashlib
-import tarfile
 from pathlib import Path
 from typing import Any
 
-from cselab.data.download import extract_once, fetch, url_basename, with_fix
+from cselab.data.download import extract_once, local_or_download, safe_extract
 from cselab.errors import DataError
 from cselab.io import write_json
 
@@ -118,39 +117,6 @@ _SENTEVAL_FIX = "re-download SentEval (delete it and re-run) or point data.sente
 _STRICT_FIX = "re-download, or set data.senteval.strict_counts: false for a trimmed tree"
 
 
-def _safe_extract(tar_path: Path, extract_dir: Path) -> None:
-    """Extract ``tar_path`` into ``extract_dir``, rejecting absolute, ``..`` and link members."""
-    bad = f"{tar_path} is corrupt or not a tar archive; delete it and re-run"
-    try:
-        with tarfile.open(tar_path, "r:*") as tar:
-            members = tar.getmembers()
-            for m in members:
-                name = m.name
-                parts = Path(name).parts
-                if name.startswith(("/", "\\")) or Path(name).is_absolute() or ".." in parts:
-                    raise DataError(
-                        f"{tar_path} contains an unsafe member {name!r} (absolute path or '..'); "
-                        "refusing to extract it. Delete it and re-download from a trusted source."
-                    )
-                if m.issym() or m.islnk() or not (m.isfile() or m.isdir()):
-                    raise DataError(
-                        f"{tar_path} contains a link or special file {name!r}; refusing to extract it. "
-                        "Delete it and re-download from a trusted source."
-                    )
-            for m in members:
-                if hasattr(tarfile, "data_filter"):
-                    tar.extract(m, extract_dir, filter="data")
-                else:  # pragma: no cover - Python without extraction filters
-                    tar.extract(m, extract_dir)
-    except (tarfile.TarError, EOFError) as e:
-        raise DataError(f"{bad} ({e}).") from e
-    except OSError as e:
-        raise DataError(
-            f"Cannot extract {tar_path} into {extract_dir}: {e}; free disk space or fix "
-            "permissions, then re-run."
-        ) from e
-
-
 def _find_downstream(base: Path) -> Path | None:
     """The shallowest directory called ``downstream`` under ``base`` (``base`` itself included)."""
     if base.name == "downstream" and base.is_dir():
@@ -165,7 +131,7 @@ def _find_downstream(base: Path) -> Path | None:
 
 def _extract_senteval(tar_path: Path, tar_sha: str, extract_dir: Path) -> Path:
     """Extract the SentEval tar into ``extract_dir`` (once per archive digest); return its root."""
-    extract_once(tar_path, tar_sha, extract_dir, _safe_extract)
+    extract_once(tar_path, tar_sha, extract_dir, safe_extract)
     root = _find_downstream(extract_dir)
     if root is None:
         raise DataError(
@@ -196,31 +162,16 @@ def prepare_senteval(
     ``root`` is the absolute path of the task folders and ``tasks`` is as in
     :func:`verify_senteval`.
     """
-    archive = None
-    if path:
-        base = Path(path).expanduser().resolve()
-        if not base.is_dir():
-            raise DataError(
-                f"SentEval directory {base} does not exist (data.senteval.path); fix "
-                "data.senteval.path or unset it to download data.senteval.url."
-            )
-        root = base / "downstream" if (base / "downstream").is_dir() else base
-        source = str(base)
-    elif url:
-        try:
-            got = fetch(url, Path(download_dir) / url_basename(url))
-        except DataError as e:
-            raise with_fix(e, url, "data.senteval.path=/path/to/unpacked/downstream") from e
-        archive = {"path": got["path"], "bytes": got["bytes"], "sha256": got["sha256"]}
-        root = _extract_senteval(Path(got["path"]), got["sha256"], Path(extract_dir)).resolve()
-        source = url
+    got = local_or_download("SentEval directory", "data.senteval", path=path, url=url, download_dir=download_dir,
+                            local_kind="dir", local_fix="data.senteval.path=/path/to/unpacked/downstream")
+    if got.archive is None:
+        root = got.path / "downstream" if (got.path / "downstream").is_dir() else got.path
     else:
-        raise DataError("No SentEval source given: set data.senteval.url or data.senteval.path.")
-
+        root = _extract_senteval(got.path, got.archive["sha256"], Path(extract_dir)).resolve()
     verified = verify_senteval(root, tasks, strict_counts)
     result = {
-        "source": source,
-        "archive": archive,
+        "source": got.source,
+        "archive": got.archive,
         "root": verified["root"],
         "strict_counts": strict_counts,
         "tasks": verified["tasks"],

@@ -88,14 +88,30 @@ def search(
     if n_q == 0:
         return {}
     dev = torch.device(device) if device is not None else torch.device("cpu")
-
     q = _as_matrix(encode_queries(list(query_ids)), n_q, "encode_queries").to(dev)
     if score == "cos":
         q = torch.nn.functional.normalize(q, dim=1)
-    dim = q.shape[1]
+    ex_rows, ex_pos = _excluded_pairs(query_ids, corpus_ids, exclude, ignore_identical_ids)
+    top_vals = torch.empty((n_q, 0), dtype=torch.float32, device=dev)
+    top_idx = torch.empty((n_q, 0), dtype=torch.long, device=dev)
+    for start in range(0, n_docs, chunk_size):
+        end = min(start + chunk_size, n_docs)
+        c = _as_matrix(encode_corpus_chunk(list(corpus_ids[start:end])), end - start, "encode_corpus_chunk",
+                       q.shape[1]).to(dev)
+        if score == "cos":
+            c = torch.nn.functional.normalize(c, dim=1)
+        in_chunk = (ex_pos >= start) & (ex_pos < end)
+        top_vals, top_idx = _merge_chunk(q, c, start, k, query_block, top_vals, top_idx,
+                                         (ex_rows[in_chunk], ex_pos[in_chunk] - start))
+        del c
+    vals, idxs = top_vals.cpu().numpy(), top_idx.cpu().numpy()
+    return {qid: {corpus_ids[j]: float(v) for v, j in zip(vals[row], idxs[row]) if v != float("-inf")}
+            for row, qid in enumerate(query_ids)}
 
-    # Excluded (query row, corpus position) pairs, found in one pass over corpus_ids without
-    # building an id -> position map of the whole corpus.
+
+def _excluded_pairs(query_ids: list[str], corpus_ids: list, exclude, ignore_identical_ids: bool):
+    """The (query row, corpus position) pairs never to return, found in one pass over the corpus
+    ids without an id -> position map of the whole corpus."""
     wanted: dict[str, list[int]] = {}
     row_of = {qid: i for i, qid in enumerate(query_ids)}
     if ignore_identical_ids:
@@ -105,53 +121,36 @@ def search(
         if qid in row_of:
             for d in docs:
                 wanted.setdefault(str(d), []).append(row_of[qid])
-    ex_rows: list[int] = []
-    ex_pos: list[int] = []
+    rows: list[int] = []
+    positions: list[int] = []
     if wanted:
         for pos, cid in enumerate(corpus_ids):
-            rows = wanted.get(cid)
-            if rows:
-                ex_rows.extend(rows)
-                ex_pos.extend([pos] * len(rows))
-    ex_rows_t = torch.tensor(ex_rows, dtype=torch.long)
-    ex_pos_t = torch.tensor(ex_pos, dtype=torch.long)
+            for row in wanted.get(cid, ()):
+                rows.append(row)
+                positions.append(pos)
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(positions, dtype=torch.long)
 
-    top_vals = torch.empty((n_q, 0), dtype=torch.float32, device=dev)
-    top_idx = torch.empty((n_q, 0), dtype=torch.long, device=dev)
-    neg_inf = float("-inf")
-    for start in range(0, n_docs, chunk_size):
-        end = min(start + chunk_size, n_docs)
-        ids = corpus_ids[start:end]
-        c = _as_matrix(encode_corpus_chunk(list(ids)), end - start, "encode_corpus_chunk", dim).to(dev)
-        if score == "cos":
-            c = torch.nn.functional.normalize(c, dim=1)
-        in_chunk = (ex_pos_t >= start) & (ex_pos_t < end)
-        c_rows, c_cols = ex_rows_t[in_chunk], ex_pos_t[in_chunk] - start
-        new_vals, new_idx = [], []
-        for qs in range(0, n_q, query_block):
-            qe = min(qs + query_block, n_q)
-            s = q[qs:qe] @ c.T  # (block, chunk)
-            if c_rows.numel():
-                sel = (c_rows >= qs) & (c_rows < qe)
-                if bool(sel.any()):
-                    s[(c_rows[sel] - qs).to(dev), c_cols[sel].to(dev)] = neg_inf
-            kk = min(k, end - start)
-            v, i = torch.topk(s, kk, dim=1)
-            del s
-            v = torch.cat([top_vals[qs:qe], v], dim=1)
-            i = torch.cat([top_idx[qs:qe], i + start], dim=1)
-            kk = min(k, v.shape[1])
-            v, order = torch.topk(v, kk, dim=1)
-            new_vals.append(v)
-            new_idx.append(torch.gather(i, 1, order))
-        top_vals, top_idx = torch.cat(new_vals), torch.cat(new_idx)
-        del c
 
-    vals, idxs = top_vals.cpu().numpy(), top_idx.cpu().numpy()
-    run: dict[str, dict[str, float]] = {}
-    for row, qid in enumerate(query_ids):
-        run[qid] = {corpus_ids[j]: float(v) for v, j in zip(vals[row], idxs[row]) if v != neg_inf}
-    return run
+def _merge_chunk(q, c, start: int, k: int, query_block: int, top_vals, top_idx, excluded):
+    """The running top-k merged with one corpus chunk's scores, ``query_block`` queries at a
+    time; ``excluded`` (rows, columns of the chunk) score -inf."""
+    c_rows, c_cols = excluded
+    new_vals, new_idx = [], []
+    for qs in range(0, q.shape[0], query_block):
+        qe = min(qs + query_block, q.shape[0])
+        s = q[qs:qe] @ c.T  # (block, chunk)
+        if c_rows.numel():
+            sel = (c_rows >= qs) & (c_rows < qe)
+            if bool(sel.any()):
+                s[(c_rows[sel] - qs).to(s.device), c_cols[sel].to(s.device)] = float("-inf")
+        v, i = torch.topk(s, min(k, c.shape[0]), dim=1)
+        del s
+        v = torch.cat([top_vals[qs:qe], v], dim=1)
+        i = torch.cat([top_idx[qs:qe], i + start], dim=1)
+        v, order = torch.topk(v, min(k, v.shape[1]), dim=1)
+        new_vals.append(v)
+        new_idx.append(torch.gather(i, 1, order))
+    return torch.cat(new_vals), torch.cat(new_idx)
 
 
 def retrieve(
