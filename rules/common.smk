@@ -14,6 +14,7 @@ from snakemake.exceptions import WorkflowError
 from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import outputs as OUT
+from cselab.pipeline import targets as cselab_targets
 from cselab.pipeline.tracking import INVOCATION_ENV
 
 try:
@@ -78,7 +79,7 @@ def training_inputs(spec):
 
 
 def model_input(wildcards):
-    return cfg_call(cselab_config.model_input, wildcards.exp)
+    return cfg_call(cselab_targets.model_input, wildcards.exp)
 
 
 def beir_local_path(dataset):
@@ -88,16 +89,18 @@ def beir_local_path(dataset):
 
 
 def figure_entries(figure):
-    """[(label, experiment id, input key)] in legend order."""
-    ids = cselab_config.figure_experiments(CFG, figure)
+    """[(label, experiment id, input key prefix)] in legend order."""
+    ids = cselab_targets.figure_experiments(CFG, figure)
     return [(label, exp_id, f"exp{n}") for n, (label, exp_id) in enumerate(ids.items())]
 
 
 def figure_inputs(figure):
-    """Per experiment what the figure's kind reads, plus the held-out corpus slice if it needs one."""
-    paths = cselab_config.figure_inputs(CFG, figure)
-    heldout = cselab_config.heldout_file(CFG, figure)
-    return {**{f"exp{n}": path for n, path in enumerate(paths.values())}, **({"heldout": heldout} if heldout else {})}
+    """Per experiment what the figure's kind reads (``exp<n>_<read>``), plus the held-out corpus
+    slice if it needs one."""
+    files = cselab_targets.figure_inputs(CFG, figure)
+    heldout = cselab_targets.heldout_file(CFG, figure)
+    inputs = {f"exp{n}_{read}": path for n, reads in enumerate(files.values()) for read, path in reads.items()}
+    return {**inputs, **({"heldout": heldout} if heldout else {})}
 
 
 onstart:

@@ -1,6 +1,6 @@
 # Figures: each declares its kind and the experiments it draws (config `figures`); one rule
 # serves all of them. What a kind reads (training curves, checkpoints, STS-B dev results, or
-# nothing for a simulation) is cselab/pipeline/outputs.py:FIGURE_KINDS.
+# nothing for a simulation) is declared with the kind (cselab/reporting/figures/).
 
 
 rule figure:
@@ -13,7 +13,7 @@ rule figure:
     params:
         figure=lambda wc: {"name": wc.figure, **CFG["figures"][wc.figure]},
         labels=lambda wc: figure_entries(wc.figure),
-        values=lambda wc: cselab_config.figure_values(CFG, wc.figure),
+        values=lambda wc: cselab_targets.figure_values(CFG, wc.figure),
         settings=ENCODER,
     log:
         "logs/figures/{figure}.log",

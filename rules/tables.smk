@@ -4,15 +4,14 @@
 
 rule table:
     input:
-        results=lambda wc: [f for files in cselab_config.table_inputs(CFG, wc.table).values() for f in files],
+        results=lambda wc: [f for files in cselab_targets.table_inputs(CFG, wc.table).values() for f in files],
     output:
         csv=report(OUT.TABLE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.TABLE_MD, caption="../report/table.rst", category="Tables"),
     params:
         table=lambda wc: {"name": wc.table, **CFG["tables"][wc.table]},
-        columns=lambda wc: cselab_config.table_columns(CFG, wc.table),
-        rows=lambda wc: cselab_config.table_rows(CFG, wc.table),
-        digits=lambda wc: OUT.TABLE_KINDS[CFG["tables"][wc.table]["kind"]].digits,
+        columns=lambda wc: cselab_targets.table_columns(CFG, wc.table),
+        rows=lambda wc: cselab_targets.table_rows(CFG, wc.table),
         bootstrap=CFG["evaluation"].get("bootstrap", {}),
     log:
         "logs/tables/{table}.log",

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from cselab.pipeline import config as cc
+from cselab.pipeline import targets as ct
 from cselab.errors import ConfigError
 from cselab.training.methods import Method
 from tests.helpers import find_shared_data
@@ -135,8 +136,8 @@ def test_methods_table_reuses_equivalent_experiments(smoke):
                                                                   "training": {"max_steps": 20}}}}))
     assert cfg["tables"]["methods"]["experiments"] == ["bench-simcse-minilm", "bench-compcse-minilm"]
     assert cc.experiment_spec(cfg, "bench-compcse-minilm-s42")["training"]["max_steps"] == 20
-    assert cc.table_columns(cfg, "methods")[-3:] == ["STS avg", "STS-B dev", "transfer avg"]
-    files = cc.table_inputs(cfg, "methods")["bench-simcse-minilm-s42"]
+    assert ct.table_columns(cfg, "methods")[-3:] == ["STS avg", "STS-B dev", "transfer avg"]
+    files = ct.table_inputs(cfg, "methods")["bench-simcse-minilm-s42"]
     assert [Path(f).name for f in files] == ["sts.json", "sts_pairs.npz", "stsb_dev.json", "stsb_dev_pairs.npz",
                                              "transfer.json", "transfer_pairs.npz"]
 
@@ -175,13 +176,15 @@ def test_auxiliaries_merge_and_drop(smoke):
 def test_paradigm_figures_and_holdout(smoke):
     cfg = cc.validate(copy.deepcopy(smoke))
     assert "0.5" not in cfg["figures"]["paradigm_figure6_m"]["experiments"]  # null drops a paper point
-    assert cc.figure_inputs(cfg, "paradigm_figure2") == {}  # a simulation reads nothing
-    assert cc.figure_values(cfg, "paradigm_figure6_r") == {"1.0": 1.0, "2.0": 2.0}
-    assert cc.figure_inputs(cfg, "paradigm_figure8")["R = 2.0"] == "results/experiments/gp-heldout-r200-minilm-s42/model"
-    assert cc.heldout_file(cfg, "paradigm_figure8") == "resources/corpus/split/heldout-0.1.txt"
-    assert cc.figure_inputs(cfg, "paradigm_figure9") == {"baseline": "results/experiments/gp-base-minilm-s42/curve.csv"}
-    assert cc.heldout_file(cfg, "paradigm_figure5_7") == "resources/corpus/split/heldout-0.1.txt"
-    assert cc.heldout_file(cfg, "paradigm_figure6_m") is None
+    assert ct.figure_inputs(cfg, "paradigm_figure2") == {}  # a simulation reads nothing
+    assert ct.figure_values(cfg, "paradigm_figure6_r") == {"1.0": 1.0, "2.0": 2.0}
+    assert ct.figure_inputs(cfg, "paradigm_figure8")["R = 2.0"] == {
+        "model": "results/experiments/gp-heldout-r200-minilm-s42/model",
+        "curve": "results/experiments/gp-heldout-r200-minilm-s42/curve.csv"}
+    assert ct.heldout_file(cfg, "paradigm_figure8") == "resources/corpus/split/heldout-0.1.txt"
+    assert ct.figure_inputs(cfg, "paradigm_figure9") == {"baseline": {"curve": "results/experiments/gp-base-minilm-s42/curve.csv"}}
+    assert ct.heldout_file(cfg, "paradigm_figure5_7") == "resources/corpus/split/heldout-0.1.txt"
+    assert ct.heldout_file(cfg, "paradigm_figure6_m") is None
     assert cc.corpus_file(cc.experiment_spec(cfg, "gp-heldout-minilm-s42")) == "resources/corpus/split/train-0.1.txt"
     assert cc.corpus_file(cc.experiment_spec(cfg, "gp-base-minilm-s42")) == "resources/corpus/corpus.txt"
     bad = {

@@ -125,7 +125,7 @@ def test_generator_from_a_stage_and_bad_generators(tiny_bert, generator, tmp_pat
 def test_rating_groups_and_retrieval_examples(tmp_path):
     import numpy as np
 
-    from cselab.reporting import diffcse
+    from cselab.reporting.figures import diffcse
 
     assert list(diffcse.rating_group(np.array([0.0, 0.99, 1.0, 3.5, 4.0, 5.0]))) == [0, 0, 1, 3, 4, 4]
     corpus = ["the cat sits .", "a cat is sitting .", "dogs bark .", "it rains ."]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cselab.reporting import figures
+from cselab.reporting.figures import compcse as figures
 from cselab.errors import DataError
 from tests.helpers import random_sentence
 

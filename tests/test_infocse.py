@@ -304,14 +304,15 @@ def test_a_pooler_table_needs_trained_experiments():
     import yaml
 
     from cselab.pipeline import config as cc
+    from cselab.pipeline import targets as ct
     from tests.test_config import deep_update
 
     root = Path(__file__).resolve().parents[1]
     cfg = yaml.safe_load((root / "config.yaml").read_text())
     bad = deep_update(cfg, {"tables": {"infocse_table9": {"experiments": ["untrained-bert-base"]}}})
     with pytest.raises(ConfigError, match=r"'tables\.infocse_table9\.experiments\[0\]': 'untrained-bert-base' is "
-                                          r"untrained; a pooler table evaluates the training head"):
+                                          r"untrained; a pooler table needs training runs"):
         cc.validate(bad)
     valid = cc.validate(cfg)
-    files = cc.table_inputs(valid, "infocse_table9")["infocse-bert-base-s42"]
+    files = ct.table_inputs(valid, "infocse_table9")["infocse-bert-base-s42"]
     assert [Path(f).name for f in files] == ["stsb_dev_head.json", "stsb_dev.json"]

@@ -200,11 +200,11 @@ def test_bad_options_are_one_clear_message(options, message):
         Paradigm.check_options(options)
 
 
-# -- the analysis figures (cselab.reporting.paradigm) -------------------------------------------
+# -- the analysis figures (cselab.reporting.figures.paradigm) -------------------------------------------
 
 def test_simulated_infonce_gd_is_one_minus_the_positive_probability():
     """GD of InfoNCE is |d loss / d positive logit| = 1 - p(positive): check _gd against autograd."""
-    from cselab.reporting.paradigm import TAU, _gd
+    from cselab.reporting.figures.paradigm import TAU, _gd
 
     g = torch.Generator().manual_seed(0)
     cos_neg = torch.cos(torch.rand(5, 127, generator=g, dtype=torch.float64) * math.pi)
@@ -217,7 +217,7 @@ def test_simulated_infonce_gd_is_one_minus_the_positive_probability():
 
 
 def test_simulated_gd_grid():
-    from cselab.reporting.paradigm import simulate_gd
+    from cselab.reporting.figures.paradigm import simulate_gd
 
     df = simulate_gd(points=12, n_batches=50)
     assert len(df) == 4 * 12 * 12 and df["gd"].between(0, 1).all()
@@ -232,7 +232,7 @@ def test_simulated_gd_grid():
 
 
 def test_simulated_weight_and_ratio():
-    from cselab.reporting.paradigm import ratio_grid, simulate_weight
+    from cselab.reporting.figures.paradigm import ratio_grid, simulate_weight
 
     w = simulate_weight(temperatures=(1.0, 0.05, 0.005), points=10, n_batches=40)
     mid = w[np.isclose(w.mu_neg_pi, w.mu_neg_pi.unique()[2])].set_index("tau")["hardest_share"]
@@ -249,7 +249,7 @@ def test_simulated_weight_and_ratio():
 
 
 def test_heldout_statistics():
-    from cselab.reporting.paradigm import heldout_statistics
+    from cselab.reporting.figures.paradigm import heldout_statistics
 
     rng = np.random.default_rng(0)
     u = rng.normal(size=(16, 8))
@@ -277,7 +277,7 @@ def lemma1_batch(a=0.2 * math.pi, b=0.3 * math.pi, t=0.25 * math.pi):
 
 
 def test_lemma1_min_ratio_by_hand():
-    from cselab.reporting.paradigm import heldout_min_ratios, lemma1_min_ratio
+    from cselab.reporting.figures.paradigm import heldout_min_ratios, lemma1_min_ratio
 
     a, b, t, step = 0.2 * math.pi, 0.3 * math.pi, 0.25 * math.pi, 0.1
     u, v = lemma1_batch(a, b, t)
@@ -324,7 +324,7 @@ def training_curve(steps=6, mat=True, seed=0):
 
 def test_figure8_and_figure9(tmp_path):
     from cselab.errors import DataError
-    from cselab.reporting import paradigm as P
+    from cselab.reporting.figures import paradigm as P
 
     rng = np.random.default_rng(0)
     curves = {"R = 1": training_curve(), "R = 2": training_curve(seed=1)}
@@ -344,7 +344,7 @@ def test_figure8_and_figure9(tmp_path):
     assert list(c[c["label"] == "R = 1"]["x"]) == [1, 2, 3, 4, 5, 6] and c["y"].between(-1, 1).all()
     old = {"R = 1": training_curve(mat=False)}
     with pytest.raises(DataError, match=r"'R = 1' \(experiment gp-base-s42\) has no ratio_mat: Figure 8 .* "
-                                        r"retrain gp-base-s42 .*delete results/experiments/gp-base-s42"):
+                                        r"retrain gp-base-s42 .*delete its results folder"):
         P.figure_training_ratio(old, {"R = 1": {}}, tmp_path / "x.png", tmp_path / "x.csv",
                                 experiments={"R = 1": "gp-base-s42"})
     angles = P.figure_angle_statistics({"baseline": curves["R = 1"]}, tmp_path / "f9.png", tmp_path / "f9.csv")
@@ -363,7 +363,7 @@ def test_paradigm_figures_write_png_and_csv(tmp_path):
     import pandas as pd
 
     from cselab.errors import DataError
-    from cselab.reporting import paradigm as P
+    from cselab.reporting.figures import paradigm as P
 
     P.figure_gd(tmp_path / "gd.png", tmp_path / "gd.csv", points=6, n_batches=10)
     P.figure_weight(tmp_path / "w.png", tmp_path / "w.csv", points=6, n_batches=10)
@@ -387,7 +387,7 @@ def test_paradigm_figures_write_png_and_csv(tmp_path):
 
 
 def test_dropout_pairs_are_two_views_of_the_same_sentences(tiny_encoder):
-    from cselab.reporting.paradigm import dropout_pairs
+    from cselab.reporting.figures.paradigm import dropout_pairs
 
     tiny_encoder.eval()
     pairs = list(dropout_pairs(tiny_encoder, ["a man plays .", "a dog runs .", "it rains .", "x"], batch_size=3))

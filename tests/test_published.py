@@ -82,6 +82,7 @@ def _paper_config():
     import yaml
 
     from cselab.pipeline import config as cc
+    from cselab.pipeline import targets as ct
 
     return cc.validate(yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text()))
 
@@ -91,6 +92,7 @@ def test_every_published_row_with_an_experiment_stands_beside_one():
     every listed option) is shown beside some experiment in some table, and no table puts two
     experiments beside the same row."""
     from cselab.pipeline import config as cc
+    from cselab.pipeline import targets as ct
     from cselab.reporting.published import lookup_any
 
     cfg = _paper_config()
@@ -98,7 +100,7 @@ def test_every_published_row_with_an_experiment_stands_beside_one():
     for name, table in cfg["tables"].items():
         sources = [tuple(x) for x in table.get("sources", [])]
         beside = {}
-        for row in cc.table_rows(cfg, name):
+        for row in ct.table_rows(cfg, name):
             entry, note = lookup_any(sources, row["model"], row["objective"], row["options"], row["setting"])
             if entry is None:
                 assert note in ("no published row", ""), (name, row["id"], note)

@@ -1,5 +1,6 @@
 """The method contract end to end: a new method is one module dropped into
-cselab/training/methods/ plus config entries, and nothing else.
+cselab/training/methods/ plus config entries, and nothing else; so is a new figure kind (one
+module in cselab/reporting/figures/ plus its config entry).
 
 The toy method has its own head (with its own learning rate), a frozen extra network loaded
 from a declared upstream artifact, and that artifact is a pretraining stage of the same module.
@@ -22,6 +23,30 @@ from tests.test_workflow import ROOT, snakemake
 
 METHODS_DIR = ROOT / "cselab" / "training" / "methods"
 MODULE = "toy_contract_test.py"
+FIGURES_DIR = ROOT / "cselab" / "reporting" / "figures"
+FIGURE_MODULE = "toy_figure_test.py"
+
+TOY_FIGURE = '''"""A toy figure kind for the contract test (written and removed by the test)."""
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from cselab.reporting.figures import save_figure
+from cselab.reporting.kinds import figure_kind
+
+
+@figure_kind("toy_loss", reads="curve", trained=True,
+             options={"scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0}})
+def draw_toy_loss(inputs, options, out):
+    rows = [pd.DataFrame({"label": label, "step": curve["step"], "scaled_loss": options["scale"] * curve["loss"]})
+            for label, curve in inputs.curves().items()]
+    df = pd.concat(rows).dropna()
+    fig = Figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    for label, part in df.groupby("label"):
+        ax.plot(part["step"], part["scaled_loss"], label=label)
+    return save_figure(fig, df, out.png, out.csv)
+'''
 
 TOY = '''"""A toy method for the contract test (the file is written and removed by the test)."""
 
@@ -106,6 +131,18 @@ def toy_module():
             cache.unlink()
 
 
+@pytest.fixture
+def toy_figure_module():
+    path = FIGURES_DIR / FIGURE_MODULE
+    path.write_text(TOY_FIGURE)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        for cache in (FIGURES_DIR / "__pycache__").glob("toy_figure_test*"):
+            cache.unlink()
+
+
 def train_runs(workdir: Path) -> list:
     from mlflow.tracking import MlflowClient
 
@@ -127,11 +164,12 @@ def write_config(workdir: Path) -> None:
         "pretraining": {"toy-teacher": {"method": "toy_teacher", "training": {"max_steps": 4, "eval_steps": None}}},
         "experiments": {"toy-tiny": {"plm": "tiny", "method": "toy"}},
         "tables": {"toy_table": {"kind": "stsb_dev", "experiments": ["toy-tiny"]}},
+        "figures": {"toy_fig": {"kind": "toy_loss", "scale": 2.0, "experiments": {"toy": "toy-tiny"}}},
     }
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
 
 
-def test_a_new_method_is_one_module_and_config(toy_module, tmp_path, tiny_bert):
+def test_a_new_method_is_one_module_and_config(toy_module, toy_figure_module, tmp_path, tiny_bert):
     before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
     workdir = tmp_path
     make_senteval(workdir / "data" / "senteval", n_extra=12)
@@ -179,6 +217,18 @@ def test_a_new_method_is_one_module_and_config(toy_module, tmp_path, tiny_bert):
     stage = json.loads((workdir / "resources/pretrained/toy-teacher/tiny/model/manifest.json").read_text())
     assert stage["stage"] == "toy-teacher" and stage["spec"]["objective"] == "toy_teacher"
 
+    # the new figure kind: its module and its config entry, nothing else; its options checked against it
+    snakemake(workdir, "--cores", "1", "results/toy_fig.png")
+    drawn = pd.read_csv(workdir / "results/toy_fig.csv")
+    assert list(drawn["step"]) == list(curve.dropna(subset=["loss"])["step"])
+    assert drawn["scaled_loss"].tolist() == pytest.approx((2 * curve.dropna(subset=["loss"])["loss"]).tolist())
+    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg["figures"]["toy_fig"]["scal"] = 3.0
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(workdir, "-n", "results/toy_fig.png", check=False)
+    assert proc.returncode != 0 and "unknown config key 'figures.toy_fig.scal' (did you mean 'scale'?)" in proc.stdout + proc.stderr
+
     after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-    assert [line for line in after.splitlines() if MODULE not in line] == [
-        line for line in before.splitlines() if MODULE not in line]  # no other file touched
+    ours = (MODULE, FIGURE_MODULE)
+    assert [line for line in after.splitlines() if not any(m in line for m in ours)] == [
+        line for line in before.splitlines() if not any(m in line for m in ours)]  # no other file touched

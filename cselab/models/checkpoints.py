@@ -81,3 +81,12 @@ def load_backbone(path: Path, dropout: float | None = None):
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ModelError(f"the tokenizer in {path} has no CLS/SEP tokens; cselab needs a BERT- or RoBERTa-style model")
     return tokenizer, model
+
+
+def model_path(model_input: str | Path) -> Path:
+    """What an evaluation or a figure reads, as a loadable folder: a trained checkpoint folder,
+    or an untrained PLM's record (the JSON file naming its ``model``), resolved."""
+    import json
+
+    path = Path(model_input)
+    return resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path

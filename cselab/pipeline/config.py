@@ -28,6 +28,7 @@ import jsonschema
 
 from cselab.errors import ConfigError
 from cselab.pipeline import outputs
+from cselab.reporting.tables import TABLE_KINDS
 
 UNTRAINED = "untrained"
 CORPUS_FILENAMES = ("wiki1m_for_simcse.txt", "wiki1m_head.txt")
@@ -36,7 +37,14 @@ _SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")
 
 
 def load_schema() -> dict:
-    return json.loads(resources.files("cselab").joinpath("schema/config.schema.json").read_text())
+    """The config schema, with the table and figure kinds enumerated from their registries
+    (:mod:`cselab.reporting.kinds`): a kind is declared once, where it is built."""
+    from cselab.reporting.kinds import figure_kinds, table_kinds
+
+    schema = json.loads(resources.files("cselab").joinpath("schema/config.schema.json").read_text())
+    for section, kinds in (("tables", table_kinds()), ("figures", figure_kinds())):
+        schema["properties"][section]["additionalProperties"]["properties"]["kind"] = {"enum": sorted(kinds)}
+    return schema
 
 
 def _key(path) -> str:
@@ -114,9 +122,9 @@ def validate(config: dict) -> dict:
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown experiment "
                                   f"{exp!r}; defined under 'experiments': {', '.join(sorted(cfg['experiments']))}")
-            if table["kind"] == "pooler" and cfg["experiments"][exp]["method"] == UNTRAINED:
-                raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': {exp!r} is untrained; a pooler "
-                                  f"table evaluates the training head, which only a trained experiment has")
+            if TABLE_KINDS[table["kind"]].trained_only and cfg["experiments"][exp]["method"] == UNTRAINED:
+                raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': {exp!r} is untrained; a "
+                                  f"{table['kind']} table needs training runs (e.g. their training head)")
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
         _check_figure(cfg, fname, fig)
@@ -130,7 +138,13 @@ def validate(config: dict) -> dict:
 
 
 def _check_figure(cfg: dict, fname: str, fig: dict) -> None:
-    kind = outputs.FIGURE_KINDS[fig["kind"]]
+    """A figure's kind options (validated against the kind's declaration, defaults filled in)
+    and its experiments (defined; trained where the kind draws training runs; checked by the
+    kind; trained without the held-out slice where the kind reads it)."""
+    from cselab.reporting.kinds import figure_kinds
+
+    kind = figure_kinds()[fig["kind"]]
+    _check_kind_options(fname, fig, kind)
     experiments = fig.get("experiments", {})
     if kind.reads and not experiments:
         raise ConfigError(f"config key 'figures.{fname}.experiments': a {fig['kind']} figure draws experiments; "
@@ -145,12 +159,30 @@ def _check_figure(cfg: dict, fname: str, fig: dict) -> None:
             raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
                               f"needs a training run")
         spec = _merge_experiment(cfg, exp)
-        if fig["kind"] == "component_sweep" and spec["options"].get(fig.get("parameter", "m")) is None:
-            raise ConfigError(f"config key '{where}': {exp!r} sets no options.{fig.get('parameter', 'm')}, "
-                              f"the value this sweep plots")
-        if kind.heldout and trained and spec["training"].get("holdout") != fig.get("holdout", 0.1):
+        problem = kind.check(fig, spec) if kind.check else None
+        if problem:
+            raise ConfigError(f"config key '{where}': {exp!r} {problem}")
+        if kind.heldout and trained and spec["training"].get("holdout") != fig["holdout"]:
             raise ConfigError(f"config key '{where}': {exp!r} must train without the held-out slice "
-                              f"(training.holdout: {fig.get('holdout', 0.1)}), or its statistics are on training data")
+                              f"(training.holdout: {fig['holdout']}), or its statistics are on training data")
+
+
+#: keys every figure has besides its kind's options
+FIGURE_KEYS = ("kind", "title", "experiments")
+
+
+def _check_kind_options(fname: str, fig: dict, kind) -> None:
+    """A figure's options against its kind's declared JSON-schema properties (one message naming
+    the key), then the kind's defaults filled in."""
+    sub = {"type": "object", "additionalProperties": False,
+           "properties": {**{k: {} for k in FIGURE_KEYS}, **kind.options}}
+    wrapper = {"type": "object", "properties": {"figures": {"type": "object", "properties": {fname: sub}}}}
+    errors = sorted(jsonschema.Draft202012Validator(wrapper).iter_errors({"figures": {fname: fig}}),
+                    key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        raise ConfigError(_explain(errors[0]) + f" (figure kind {fig['kind']!r})")
+    for key, value in kind.defaults().items():
+        fig.setdefault(key, value)
 
 
 def _check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
@@ -399,118 +431,6 @@ def tracking_uri(cfg: dict) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"].get("tracking_uri", outputs.MLFLOW_STORE)
 
 
-
-
-def table_columns(cfg: dict, name: str) -> list[str]:
-    """A table's metric columns: the kind's fixed ones, or what the config decides."""
-    from cselab.data.senteval import TRANSFER_TASKS
-    from cselab.evaluation.sts import STS_COLUMNS
-
-    kind = cfg["tables"][name]["kind"]
-    extras = list(cfg["tables"][name].get("extra_columns", []))
-    if kind == "sts":
-        return list(STS_COLUMNS) + extras
-    if kind == "transfer":
-        return [t for t in TRANSFER_TASKS if t in cfg["evaluation"]["transfer"]["tasks"]] + extras
-    if kind == "beir":
-        return list(cfg["evaluation"]["beir"]["datasets"]) + extras
-    if kind == "methods":
-        return [*STS_COLUMNS, "STS avg", "STS-B dev", "transfer avg"] + extras
-    return list(outputs.TABLE_KINDS[kind].columns) + [c for c in extras if c not in outputs.TABLE_KINDS[kind].columns]
-
-
-def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
-    """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
-    kind = outputs.TABLE_KINDS[cfg["tables"][name]["kind"]]
-    datasets = cfg["evaluation"]["beir"]["datasets"]
-    extras = [outputs.EXTRA_COLUMNS[c] for c in cfg["tables"][name].get("extra_columns", [])]
-    out = {}
-    for exp in experiment_ids(cfg, cfg["tables"][name]["experiments"]):
-        files = []
-        for result in dict.fromkeys([*kind.results, *extras]):
-            pattern = outputs.RESULT[result]
-            files += ([outputs.path(pattern, exp=exp, dataset=d) for d in datasets] if "{dataset}" in pattern
-                      else [outputs.path(pattern, exp=exp)])
-        out[exp] = files
-    return out
-
-
-def table_rows(cfg: dict, name: str) -> list[dict]:
-    """What the table job needs to know about each experiment id (a rerun trigger too).
-
-    ``options`` carries ``subsampling`` too: published settings are matched on it. ``setting``
-    is what the note compares with the paper's training setting (:func:`training_setting`).
-    """
-    keep = ("name", "plm", "model", "method", "seed")
-    rows = []
-    for exp_id, files in table_inputs(cfg, name).items():
-        spec = experiment_spec(cfg, exp_id)
-        trained = spec["seed"] is not None
-        options = {**full_options(spec), "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
-        rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
-                     "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files})
-    return rows
-
-
-def training_setting(cfg: dict, spec: dict) -> dict:
-    """An experiment's training setting as a table note compares it with a paper's
-    (:data:`cselab.reporting.published.SETTING_KEYS`)."""
-    t = spec["training"]
-    out = {"precision": t.get("precision"), "lr": t["lr"], "batch_size": t["batch_size"], "epochs": t["epochs"],
-           "max_steps": t.get("max_steps") or None, "max_len": t["max_len"], "corpus": corpus_label(cfg, spec)}
-    if t.get("subsampling", "none") != "none":
-        out["segmenter"] = cfg["spans"]["segmenter"]
-    return out
-
-
-def corpus_label(cfg: dict, spec: dict) -> str:
-    """The training corpus in words: its file name, ``first N lines`` when capped, the held-out
-    slice it leaves out."""
-    corpus = cfg["data"]["corpus"]
-    label = Path(corpus.get("path") or corpus["url"]).name
-    if corpus.get("max_lines"):
-        label += f", first {corpus['max_lines']:,} lines"
-    if spec["training"].get("holdout"):
-        label += f", without a {spec['training']['holdout']:g} held-out slice"
-    return label
-
-
-def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
-    """Legend label -> experiment id (the first seed of each trained experiment)."""
-    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name].get("experiments", {}).items()}
-
-
-def model_input(cfg: dict, exp_id: str) -> str:
-    """What an evaluation reads: a trained experiment's best checkpoint, or the resolved PLM."""
-    if is_trained(cfg, exp_id):
-        return outputs.path(outputs.MODEL, exp=exp_id)
-    return outputs.path(outputs.PLM, plm=experiment_spec(cfg, exp_id)["plm"])
-
-
-def figure_inputs(cfg: dict, name: str) -> dict[str, str]:
-    """Label -> what the figure reads per experiment (:data:`cselab.pipeline.outputs.FIGURE_KINDS`)."""
-    kind = outputs.FIGURE_KINDS[cfg["figures"][name]["kind"]]
-    where = {"curve": lambda e: outputs.path(outputs.CURVE, exp=e), "model": lambda e: model_input(cfg, e),
-             "stsb_dev": lambda e: outputs.path(outputs.RESULT["stsb_dev"], exp=e)}
-    if kind.reads is None:
-        return {}
-    return {label: where[kind.reads](exp_id) for label, exp_id in figure_experiments(cfg, name).items()}
-
-
-def figure_values(cfg: dict, name: str) -> dict[str, float]:
-    """A component sweep's x values: label -> the experiment's value of the swept option."""
-    fig = cfg["figures"][name]
-    if fig["kind"] != "component_sweep":
-        return {}
-    return {label: float(experiment_spec(cfg, exp_id)["options"][fig.get("parameter", "m")])
-            for label, exp_id in figure_experiments(cfg, name).items()}
-
-
-def heldout_file(cfg: dict, name: str) -> str | None:
-    fig = cfg["figures"][name]
-    if not outputs.FIGURE_KINDS[fig["kind"]].heldout:
-        return None
-    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=fig.get("holdout", 0.1))
 
 
 def full_options(spec: dict) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -165,29 +165,106 @@ def read_results(rows: list[dict]) -> list[dict]:
     return out
 
 
-def build_table(kind: str, rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
-                bootstrap: dict | None = None, extras: Sequence[str] = ()) -> tuple[pd.DataFrame, list[Comparison]]:
-    """The table of ``kind`` (:data:`cselab.pipeline.outputs.TABLE_KINDS`) from loaded ``rows``;
-    ``extras`` are columns after the kind's own (not averaged, not compared)."""
+def _methods_scores(rows: list[dict]) -> list[dict]:
+    """The methods table's derived columns: the STS average and the transfer average."""
     from cselab.data.senteval import TRANSFER_TASKS
     from cselab.evaluation.sts import STS_COLUMNS
-    from cselab.pipeline.outputs import TABLE_KINDS
 
+    return [{**r, "scores": {**r["scores"], "STS avg": float(np.mean([r["scores"][c] for c in STS_COLUMNS])),
+                             "transfer avg": float(np.mean([r["scores"][t] for t in TRANSFER_TASKS
+                                                            if t in r["scores"]]))}} for r in rows]
+
+
+def _methods_comparisons(columns: Sequence[str], rows: list[dict]) -> list[Comparison]:
+    from cselab.data.senteval import TRANSFER_TASKS
+    from cselab.evaluation.sts import STS_COLUMNS
+
+    tasks = tuple(t for t in TRANSFER_TASKS if t in rows[0]["scores"])
+    return [Comparison("STS avg", tuple(STS_COLUMNS), prefix="sts_"),
+            Comparison("STS-B dev", ("STS-B dev",), prefix="dev_"),
+            Comparison("transfer avg", tasks, "accuracy", prefix="transfer_")]
+
+
+def _pooler_scores(rows: list[dict]) -> list[dict]:
+    """The pooler table: the plain STS-B dev score is the one without the head."""
+    return [{**r, "scores": {**r["scores"], "cls_before_pooler": r["scores"]["STS-B dev"]}} for r in rows]
+
+
+def _sts_columns(evaluation: dict) -> list[str]:
+    from cselab.evaluation.sts import STS_COLUMNS
+
+    return list(STS_COLUMNS)
+
+
+def _transfer_columns(evaluation: dict) -> list[str]:
+    from cselab.data.senteval import TRANSFER_TASKS
+
+    return [t for t in TRANSFER_TASKS if t in evaluation["transfer"]["tasks"]]
+
+
+def _fixed(*columns: str) -> Callable[[dict], list[str]]:
+    return lambda evaluation: list(columns)
+
+
+@dataclass(frozen=True)
+class TableKind:
+    """What a table kind reads per experiment and how it is shown (the one declaration of a kind).
+
+    ``results``: the result names a row reads (a score file, then optional per-item predictions
+    for the paired bootstrap; :mod:`cselab.pipeline.outputs` maps them to files); ``columns``:
+    its columns from the evaluation settings; ``average``: report their mean; ``digits``:
+    decimals shown; ``derive``: scores computed from the loaded ones; ``comparisons``: the
+    paired bootstraps against SimCSE (default: the average, or the first column, by Spearman);
+    ``metric``: the bootstrap's per-item metric; ``trained_only``: only trained experiments."""
+
+    results: tuple[str, ...]
+    columns: Callable[[dict], list[str]]
+    average: bool = False
+    digits: int = 2
+    derive: Callable[[list[dict]], list[dict]] | None = None
+    comparisons: Callable[[Sequence[str], list[dict]], list[Comparison]] | None = None
+    metric: str = "spearman"
+    trained_only: bool = False
+
+
+TABLE_KINDS: dict[str, TableKind] = {
+    "sts": TableKind(("sts", "sts_pairs"), _sts_columns, average=True),
+    "stsb_dev": TableKind(("stsb_dev", "stsb_dev_pairs"), _fixed("STS-B dev")),
+    "transfer": TableKind(("transfer", "transfer_pairs"), _transfer_columns, average=True, metric="accuracy"),
+    "beir": TableKind(("beir",), lambda evaluation: list(evaluation["beir"]["datasets"]), average=True, digits=4),
+    "retrieval": TableKind(("stsb_retrieval",), _fixed("R@1", "R@5", "R@10")),
+    "geometry": TableKind(("geometry",), _fixed("alignment", "uniformity"), digits=3),
+    # every configured method on one PLM and budget: STS, STS-B dev and the transfer average
+    "methods": TableKind(("sts", "sts_pairs", "stsb_dev", "stsb_dev_pairs", "transfer", "transfer_pairs"),
+                         lambda evaluation: [*_sts_columns(evaluation), "STS avg", "STS-B dev", "transfer avg"],
+                         derive=_methods_scores, comparisons=_methods_comparisons),
+    # STS-B dev with ("cls") and without ("cls_before_pooler") the training head: trained experiments only
+    "pooler": TableKind(("stsb_dev_head", "stsb_dev"), _fixed("cls", "cls_before_pooler"), derive=_pooler_scores,
+                        trained_only=True),
+}
+
+#: columns any table may add after its kind's own (``tables.<t>.extra_columns``): the result each reads
+EXTRA_COLUMNS: dict[str, str] = {"STS-B dev": "stsb_dev", "transfer avg (dev)": "transfer_dev"}
+
+
+def kind_columns(kind: str, evaluation: dict, extras: Sequence[str] = ()) -> list[str]:
+    """A table's columns: its kind's (from the evaluation settings), then its extra columns."""
+    own = TABLE_KINDS[kind].columns(evaluation)
+    return own + [c for c in extras if c not in own]
+
+
+def build_table(kind: str, rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
+                bootstrap: dict | None = None, extras: Sequence[str] = ()) -> tuple[pd.DataFrame, list[Comparison]]:
+    """The table of ``kind`` (:data:`TABLE_KINDS`) from loaded ``rows``; ``extras`` are columns
+    after the kind's own (not averaged, not compared)."""
     spec = TABLE_KINDS[kind]
-    if kind == "pooler":  # the plain STS-B dev score is the one without the head
-        rows = [{**r, "scores": {**r["scores"], "cls_before_pooler": r["scores"]["STS-B dev"]}} for r in rows]
-    if kind == "methods":
-        rows = [{**r, "scores": {**r["scores"], "STS avg": float(np.mean([r["scores"][c] for c in STS_COLUMNS])),
-                                 "transfer avg": float(np.mean([r["scores"][t] for t in TRANSFER_TASKS
-                                                                if t in r["scores"]]))}} for r in rows]
-        tasks = tuple(t for t in TRANSFER_TASKS if t in rows[0]["scores"])
-        comparisons = [Comparison("STS avg", tuple(STS_COLUMNS), prefix="sts_"),
-                       Comparison("STS-B dev", ("STS-B dev",), prefix="dev_"),
-                       Comparison("transfer avg", tasks, "accuracy", prefix="transfer_")]
+    if spec.derive:
+        rows = spec.derive(rows)
+    if spec.comparisons:
+        comparisons = spec.comparisons(columns, rows)
     else:
-        metric = "accuracy" if kind == "transfer" else "spearman"
         own = tuple(c for c in columns if c not in extras)
-        comparisons = [Comparison("", own if spec.average else own[:1], metric)]
+        comparisons = [Comparison("", own if spec.average else own[:1], spec.metric)]
     df = score_table(rows, columns, sources, average=spec.average, digits=spec.digits, extras=extras)
     if any(r["pairs"] is not None for r in rows):
         df = add_comparisons(df, rows, comparisons, **(bootstrap or {}))

@@ -9,20 +9,13 @@ from pathlib import Path
 from typing import Callable
 
 from cselab.evaluation.encoding import ModelEncoder
+from cselab.models.checkpoints import model_path
 from cselab.io import write_json
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
 
 JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "evaluate_transfer", "evaluate_transfer_dev",
         "evaluate_retrieval", "evaluate_geometry")
-
-
-def model_dir(model_input: str | Path) -> Path:
-    """A rule's model input: a trained checkpoint dir, or the resolved-PLM JSON of an untrained one."""
-    from cselab.models.checkpoints import resolve_model
-
-    path = Path(model_input)
-    return resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
 
 
 def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None = None) -> None:
@@ -32,7 +25,7 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
 
     exp_id = smk.params.experiment
     with run(smk, experiment_id=exp_id, params={"evaluation": smk.params.settings, **(params or {})}) as r:
-        model = ModelEncoder(model_dir(smk.input.model), smk.params.settings, Path(outputs.EMBEDDING_CACHE))
+        model = ModelEncoder(model_path(smk.input.model), smk.params.settings, Path(outputs.EMBEDDING_CACHE))
         tic = time.perf_counter()
         result = compute(model)
         if "pairs" in result:
@@ -69,7 +62,7 @@ def evaluate_stsb_dev_head(smk) -> None:
     from cselab.models.heads import load_head
 
     root = senteval_root(smk.input.senteval)
-    head = load_head(model_dir(smk.input.model))
+    head = load_head(model_path(smk.input.model))
 
     def compute(m):
         raw = m.encode_fn("stsb-dev")

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cselab.reporting.figures import _save
+from cselab.reporting.figures import save_figure
+from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 #: the five rating groups of DiffCSE Figure 2: [0, 1), [1, 2), [2, 3), [3, 4), [4, 5]
 RATING_GROUPS = ("0-1", "1-2", "2-3", "3-4", "4-5")
@@ -50,7 +51,7 @@ def figure_similarity_by_rating(sims: Mapping[str, tuple[np.ndarray, np.ndarray]
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def retrieval_examples(embeddings: Mapping[str, tuple[np.ndarray, np.ndarray]], corpus: Sequence[str],
@@ -95,4 +96,48 @@ def figure_retrieval_examples(df: pd.DataFrame, out_png, out_csv, title: str | N
         y -= 4 * step
     if title:
         fig.suptitle(title, fontsize=9)
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
+
+
+# -- the kinds -----------------------------------------------------------------------------------
+
+
+def _stsb_test(senteval):
+    """STS-B test pairs and their distinct sentences (one cached encoding per model)."""
+    from cselab.data.tasks import load_stsb
+
+    test = load_stsb(senteval, "test")
+    return test, list(dict.fromkeys([*test.sent1, *test.sent2]))
+
+
+@figure_kind("similarity_by_rating", reads="model")
+def draw_similarity_by_rating(inputs: FigureInputs, options: dict, out: Out):
+    """DiffCSE Figure 2: each model's cosine of the STS-B test pairs, grouped by human rating."""
+    test, sentences = _stsb_test(inputs.senteval)
+    index = {s: i for i, s in enumerate(sentences)}
+    sims = {}
+    for label, m in inputs.models().items():
+        e = m.encode_fn("stsb-test")(sentences).astype(np.float64)
+        e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        a, b = e[[index[s] for s in test.sent1]], e[[index[s] for s in test.sent2]]
+        # a pair of (near-)identical sentences rounds to 1 + 1e-16: a cosine stays in [-1, 1]
+        sims[label] = (np.clip((a * b).sum(1), -1.0, 1.0), test.gold)
+    return figure_similarity_by_rating(sims, **out.kwargs())
+
+
+@figure_kind("retrieval_examples", reads="model", options={
+    "queries": {"type": ["array", "null"], "minItems": 1, "items": {"type": "string", "minLength": 1},
+                "default": None, "description": "the queries (default: the paper's three, DiffCSE Table 9)"},
+    "k": {"type": "integer", "minimum": 1, "default": 3, "description": "sentences retrieved per query"}})
+def draw_retrieval_examples(inputs: FigureInputs, options: dict, out: Out):
+    """DiffCSE Table 9 as a figure: the top-k STS-B test sentences per query, the paper's beside."""
+    from cselab.reporting.published import retrieval_examples as printed_examples
+
+    _, corpus = _stsb_test(inputs.senteval)
+    printed = printed_examples("diffcse")
+    queries = options["queries"] or [e["query"] for e in printed]
+    embeddings = {label: (m.encode_fn("stsb-test")(corpus), m.encode_fn(f"{out.name}-queries")(queries))
+                  for label, m in inputs.models().items()}
+    df = retrieval_examples(embeddings, corpus, queries, k=options["k"],
+                            printed=[e for e in printed if e["query"] in queries])
+    return figure_retrieval_examples(df, **out.kwargs())

@@ -1,9 +1,6 @@
-"""CompCSE's figures (2-5): each function writes the CSV a figure is drawn from, then the PNG.
-
-Figures are built with matplotlib's object API (``matplotlib.figure.Figure``, rendered by the
-Agg canvas on save): headless, no pyplot global state, nothing to close. Every function returns
-the CSV's dataframe.
-"""
+"""CompCSE's figures (2-5), and the heatmap DiffCSE's Figure 4 shares: alignment vs uniformity
+and the STS-B dev curve during training (from the training curves), the cosine heatmap of the
+paper's example sentences and the UMAP of STS-B dev embeddings (from the checkpoints)."""
 
 from __future__ import annotations
 
@@ -16,8 +13,8 @@ import pandas as pd
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from cselab.errors import DataError
-from cselab.io import open_atomic
+from cselab.reporting.figures import curve_rows, save_figure
+from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 #: The example sentences of CompCSE §3/§6 (Figure 4): each anchor followed by the texts it is
 #: compared with ("A man is lifting weights in a garage" vs "A man is lifting weights", "A man in a
@@ -31,39 +28,6 @@ FIGURE4_SENTENCES = [
     "She parked on the driveway.",
 ]
 
-_DPI = 150
-
-
-def _save(fig: Figure, df: pd.DataFrame, out_png: str | Path, out_csv: str | Path) -> pd.DataFrame:
-    """Write the CSV first, then the PNG."""
-    with open_atomic(out_csv) as fh:
-        df.to_csv(fh, index=False)
-    with open_atomic(out_png, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
-    return df
-
-
-def _curve_rows(curves: Mapping[str, pd.DataFrame], columns: Sequence[str], max_step: int,
-                what: str) -> pd.DataFrame:
-    """Long table ``label, step, *columns`` of the measured steps <= ``max_step`` of each curve."""
-    if not curves:
-        raise ValueError(f"no curves to plot for the {what} figure")
-    parts = []
-    for label, df in curves.items():
-        missing = [c for c in ("step", *columns) if c not in df.columns]
-        if missing:
-            raise DataError(f"training curve of {label!r} has no column(s) {missing}; the {what} figure "
-                            "needs a run that logged them (re-run its training rule)")
-        rows = df.loc[df["step"] <= max_step, ["step", *columns]].dropna()
-        if rows.empty:
-            raise DataError(f"training curve of {label!r} has no {'/'.join(columns)} measurement up to "
-                            f"step {max_step}; train longer or evaluate more often")
-        parts.append(rows.sort_values("step").assign(label=label))
-    out = pd.concat(parts, ignore_index=True)[["label", "step", *columns]]
-    out["step"] = out["step"].astype(int)
-    return out
-
-
 def figure_alignment_uniformity(curves: Mapping[str, pd.DataFrame], out_png: str | Path, out_csv: str | Path,
                                 max_step: int = 500, title: str | None = None) -> pd.DataFrame:
     """Figure 2: each label's trajectory in the (uniformity, alignment) plane up to ``max_step``.
@@ -72,7 +36,7 @@ def figure_alignment_uniformity(curves: Mapping[str, pd.DataFrame], out_png: str
     without a measurement are skipped). Circle = first measured step, arrow head = last.
     CSV: ``label, step, alignment, uniformity``.
     """
-    df = _curve_rows(curves, ["alignment", "uniformity"], max_step, "alignment/uniformity")
+    df = curve_rows(curves, ["alignment", "uniformity"], max_step, "alignment/uniformity")
     fig = Figure(figsize=(5.5, 4.5))
     ax = fig.add_subplot()
     for i, (label, rows) in enumerate(df.groupby("label", sort=False)):
@@ -88,14 +52,14 @@ def figure_alignment_uniformity(curves: Mapping[str, pd.DataFrame], out_png: str
     ax.set_title(title or f"Alignment vs uniformity on STS-B dev (steps ≤ {max_step})", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, title="circle: start, arrow: end", title_fontsize=8)
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def figure_dev_curve(curves: Mapping[str, pd.DataFrame], out_png: str | Path, out_csv: str | Path,
                      max_step: int = 1000, title: str | None = None) -> pd.DataFrame:
     """Figure 3: STS-B dev Spearman (column ``stsb_dev_spearman``) against training step, one line
     per label, up to ``max_step``. CSV: ``label, step, stsb_dev_spearman``."""
-    df = _curve_rows(curves, ["stsb_dev_spearman"], max_step, "STS-B dev curve")
+    df = curve_rows(curves, ["stsb_dev_spearman"], max_step, "STS-B dev curve")
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for label, rows in df.groupby("label", sort=False):
@@ -105,7 +69,7 @@ def figure_dev_curve(curves: Mapping[str, pd.DataFrame], out_png: str | Path, ou
     ax.set_title(title or f"STS-B development set during training (steps ≤ {max_step})", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def _unit_rows(emb: np.ndarray, n: int, name: str) -> np.ndarray:
@@ -149,7 +113,7 @@ def figure_similarity_heatmap(encoders: Mapping[str, Callable[[list[str]], np.nd
         ax.set_title(name, fontsize=10)
     fig.colorbar(im, ax=list(axes), shrink=0.8, label="cosine similarity")
     fig.suptitle(title or "Cosine similarity between the paper's example sentences", fontsize=11)
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], out_png: str | Path,
@@ -193,23 +157,42 @@ def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], 
     fig.colorbar(sc, ax=list(axes), shrink=0.8, label="words per sentence")
     fig.suptitle(title or f"UMAP of sentence embeddings ({n} sentences, cosine, n_neighbors={n_neighbors})",
                  fontsize=11)
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
-def figure_loss_terms(curve: pd.DataFrame, out_png: str | Path, title: str | None = None) -> None:
-    """Every logged loss term (``loss``, ``loss.<term>``) against the step: a pretraining stage's
-    curve, drawn beside the training curves."""
-    columns = [c for c in curve.columns if c == "loss" or c.startswith("loss.")]
-    rows = curve.dropna(subset=columns[:1]) if columns else curve
-    fig = Figure(figsize=(5.5, 3.6))
-    ax = fig.add_subplot(1, 1, 1)
-    for col in columns:
-        ax.plot(rows["step"], rows[col], label=col)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    with open_atomic(out_png, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
+# -- the kinds -----------------------------------------------------------------------------------
+
+_MAX_STEP = {"type": "integer", "minimum": 1, "description": "the last training step drawn"}
+
+
+@figure_kind("alignment_uniformity", reads="curve", trained=True, options={"max_step": {**_MAX_STEP, "default": 500}})
+def draw_alignment_uniformity(inputs: FigureInputs, options: dict, out: Out):
+    """CompCSE Figure 2 from the training curves (alignment and uniformity on STS-B dev)."""
+    return figure_alignment_uniformity(inputs.curves(), max_step=options["max_step"], **out.kwargs())
+
+
+@figure_kind("dev_curve", reads="curve", trained=True, options={"max_step": {**_MAX_STEP, "default": 1000}})
+def draw_dev_curve(inputs: FigureInputs, options: dict, out: Out):
+    """CompCSE Figure 3: STS-B dev during training, from the training curves."""
+    return figure_dev_curve(inputs.curves(), max_step=options["max_step"], **out.kwargs())
+
+
+@figure_kind("similarity_heatmap", reads="model", options={
+    "sentences": {"type": ["array", "null"], "minItems": 2, "items": {"type": "string", "minLength": 1},
+                  "default": None, "description": "the sentences compared (default: CompCSE's examples)"}})
+def draw_similarity_heatmap(inputs: FigureInputs, options: dict, out: Out):
+    """CompCSE Figure 4 (and DiffCSE's beside it): cosines of the example sentences per model."""
+    encoders = {label: m.encode_fn(f"{out.name}-sentences") for label, m in inputs.models().items()}
+    return figure_similarity_heatmap(encoders, sentences=options["sentences"], **out.kwargs())
+
+
+@figure_kind("umap", reads="model", options={
+    "seed": {"type": "integer", "minimum": 0, "default": 42, "description": "UMAP's random_state"}})
+def draw_umap(inputs: FigureInputs, options: dict, out: Out):
+    """CompCSE Figure 5: UMAP of the STS-B dev sentences (the encoding STS-B dev evaluation cached)."""
+    from cselab.data.tasks import stsb_dev
+
+    dev = stsb_dev(inputs.senteval)
+    sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))
+    embeddings = {label: m.encode_fn("stsb-dev")(sentences) for label, m in inputs.models().items()}
+    return figure_umap(embeddings, sentences, seed=options["seed"], **out.kwargs())

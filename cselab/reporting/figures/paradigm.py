@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cselab.reporting.figures import _save
+from cselab.reporting.figures import save_figure
+from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 N_NEGATIVES = 127
 SIGMA_POS, SIGMA_NEG = 0.05, 0.10
@@ -139,7 +140,7 @@ def figure_gd(out_png, out_csv, title=None, losses: Sequence[str] = GD_LOSSES, p
               n_batches: int = 1000, seed: int = 0) -> pd.DataFrame:
     df = simulate_gd(losses, points, n_batches, seed)
     fig = _heatmaps(df, losses, "mu_neg_pi", "mu_pos_pi", "gd", title, 0.0, 1.0, "viridis")
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def figure_weight(out_png, out_csv, title=None, temperatures: Sequence[float] = WEIGHT_TEMPERATURES,
@@ -155,12 +156,12 @@ def figure_weight(out_png, out_csv, title=None, temperatures: Sequence[float] = 
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def figure_ratio(out_png, out_csv, title=None, points: int = 100) -> pd.DataFrame:
     df = ratio_grid(points)
-    return _save(_heatmaps(df, ["arccon", "met"], "theta_neg_pi", "theta_pos_pi", "ratio", title, 0.0, 5.0, "tab20c",
+    return save_figure(_heatmaps(df, ["arccon", "met"], "theta_neg_pi", "theta_pos_pi", "ratio", title, 0.0, 5.0, "tab20c",
                            mask="masked"), df, out_png, out_csv)
 
 
@@ -175,7 +176,7 @@ def figure_sweep(results: Mapping[float, float], parameter: str, out_png, out_cs
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def dropout_pairs(encoder, sentences: Sequence[str], batch_size: int = 128, max_len: int = 32):
@@ -264,7 +265,7 @@ def figure_heldout(stats: Mapping[str, dict], out_png, out_csv, title=None) -> p
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, pd.DataFrame(rows), out_png, out_csv)
+    return save_figure(fig, pd.DataFrame(rows), out_png, out_csv)
 
 
 
@@ -340,7 +341,6 @@ def require_curve_columns(curves: Mapping[str, pd.DataFrame], columns: Sequence[
     """A :class:`~cselab.errors.DataError` naming the experiment whose training curve lacks one
     of ``columns``: a run of another method, or a paradigm run older than the scalar."""
     from cselab.errors import DataError
-    from cselab.pipeline.outputs import EXPERIMENT_DIR, path
 
     for label, curve in curves.items():
         missing = [c for c in columns if c not in curve.columns]
@@ -349,8 +349,7 @@ def require_curve_columns(curves: Mapping[str, pd.DataFrame], columns: Sequence[
             who, fix = repr(label), "retrain it with the paradigm method"
             if exp:
                 who = f"{label!r} (experiment {exp})"
-                fix = (f"retrain {exp} with the paradigm method (delete {path(EXPERIMENT_DIR, exp=exp)} and rerun "
-                       f"the figure)")
+                fix = f"retrain {exp} with the paradigm method (delete its results folder and rerun the figure)"
             raise DataError(f"the training curve of {who} has no {', '.join(missing)}: {figure} plots scalars the "
                             f"paradigm method logs during training, which a run of another method or one trained "
                             f"before they were logged lacks; {fix}")
@@ -439,7 +438,7 @@ def figure_training_ratio(curves: Mapping[str, pd.DataFrame],
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
 
 
 def figure_angle_statistics(curves: Mapping[str, pd.DataFrame], out_png, out_csv, title=None,
@@ -478,4 +477,102 @@ def figure_angle_statistics(curves: Mapping[str, pd.DataFrame], out_png, out_csv
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, df, out_png, out_csv)
+    return save_figure(fig, df, out_png, out_csv)
+
+
+# -- the kinds -----------------------------------------------------------------------------------
+
+_POINTS = {"type": "integer", "minimum": 1, "default": 100, "description": "grid points per axis (the paper: 100)"}
+_BATCHES = {"type": "integer", "minimum": 1, "default": 1000, "description": "batches per point (the paper: 1,000)"}
+_SEED = {"type": "integer", "minimum": 0, "default": 0, "description": "the simulation's random seed"}
+_HOLDOUT = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.1,
+            "description": "the held-out fraction of the corpus (as the experiments' training.holdout)"}
+_MAX_SENTENCES = {"type": "integer", "minimum": 1, "default": 10000, "description": "held-out sentences used"}
+
+
+@figure_kind("gradient_dissipation", options={
+    "losses": {"type": "array", "minItems": 1, "items": {"enum": list(GD_LOSSES)}, "default": list(GD_LOSSES),
+               "description": "the losses whose GD term is drawn"},
+    "points": _POINTS, "batches": _BATCHES, "seed": _SEED})
+def draw_gradient_dissipation(inputs: FigureInputs, options: dict, out: Out):
+    """Figure 2: the simulated gradient-dissipation term (no training)."""
+    return figure_gd(losses=options["losses"], n_batches=options["batches"], seed=options["seed"],
+                     points=options["points"], **out.kwargs())
+
+
+@figure_kind("gradient_weight", options={
+    "temperatures": {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 0},
+                     "default": list(WEIGHT_TEMPERATURES)},
+    "points": _POINTS, "batches": _BATCHES, "seed": _SEED})
+def draw_gradient_weight(inputs: FigureInputs, options: dict, out: Out):
+    """Figure 3: the hardest negative's share of the simulated weight term."""
+    return figure_weight(temperatures=options["temperatures"], n_batches=options["batches"], seed=options["seed"],
+                         points=options["points"], **out.kwargs())
+
+
+@figure_kind("gradient_ratio", options={"points": _POINTS})
+def draw_gradient_ratio(inputs: FigureInputs, options: dict, out: Out):
+    """Figure 4: the dynamic ratios of ArcCon and MET over the angle grid."""
+    return figure_ratio(points=options["points"], **out.kwargs())
+
+
+def _sweep_check(options: dict, spec: dict) -> str | None:
+    if spec["options"].get(options["parameter"]) is None:
+        return f"sets no options.{options['parameter']}, the value this sweep plots"
+    return None
+
+
+@figure_kind("component_sweep", reads="stsb_dev", trained=True, check=_sweep_check,
+             values=lambda options, spec: float(spec["options"][options["parameter"]]),
+             options={"parameter": {"enum": ["m", "tau", "ratio"], "default": "m",
+                                    "description": "the option on the x axis"}})
+def draw_component_sweep(inputs: FigureInputs, options: dict, out: Out):
+    """Figure 6: STS-B dev against one component's value, one experiment per value."""
+    import json
+
+    scores = {label: json.loads(inputs.files[label]["stsb_dev"].read_text())["scores"]["STS-B dev"]
+              for label in inputs.labels}
+    return figure_sweep({inputs.values[label]: scores[label] for label in scores}, options["parameter"],
+                        **out.kwargs())
+
+
+def _heldout_sentences(inputs: FigureInputs, options: dict) -> list[str]:
+    from cselab.data.corpus import read_sentences
+
+    return read_sentences(inputs.heldout)[: options["max_sentences"]]
+
+
+@figure_kind("training_ratio", reads=("model", "curve"), trained=True, heldout=True, options={
+    "holdout": _HOLDOUT, "max_sentences": _MAX_SENTENCES,
+    "batch_size": {"type": "integer", "minimum": 1, "default": 128,
+                   "description": "held-out sentences per batch for Figure 8(a) (the paper's training batch)"},
+    "margins": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0},
+                "default": list(LEMMA1_MARGINS), "description": "GD margins m that select the anchors of (a)"},
+    "step_sizes": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0},
+                   "default": list(LEMMA1_STEP_SIZES),
+                   "description": "Lemma 1's step lengths for (a); 0: the limit (sin beta / sin alpha) cos theta"}})
+def draw_training_ratio(inputs: FigureInputs, options: dict, out: Out):
+    """Figure 8: (a) from the checkpoints on the held-out slice, (b) and (c) from the training
+    curves (their columns checked before any model is loaded)."""
+    curves = inputs.curves()
+    require_curve_columns(curves, TRAINING_RATIO_COLUMNS, "Figure 8", inputs.labels)
+    sentences = _heldout_sentences(inputs, options)
+    min_ratios = {label: heldout_min_ratios(dropout_pairs(m.encoder, sentences, options["batch_size"]),
+                                            options["margins"], options["step_sizes"])
+                  for label, m in inputs.models().items()}
+    return figure_training_ratio(curves, min_ratios, experiments=inputs.labels, **out.kwargs())
+
+
+@figure_kind("heldout_statistics", reads="model", heldout=True,
+             options={"holdout": _HOLDOUT, "max_sentences": _MAX_SENTENCES})
+def draw_heldout_statistics(inputs: FigureInputs, options: dict, out: Out):
+    """Figures 5 and 7 from the checkpoints on the held-out slice."""
+    sentences = _heldout_sentences(inputs, options)
+    stats = {label: heldout_statistics(dropout_pairs(m.encoder, sentences)) for label, m in inputs.models().items()}
+    return figure_heldout(stats, **out.kwargs())
+
+
+@figure_kind("angle_statistics", reads="curve", trained=True)
+def draw_angle_statistics(inputs: FigureInputs, options: dict, out: Out):
+    """Figure 9: the positive and negative angles' means and deviations from the training curves."""
+    return figure_angle_statistics(inputs.curves(), experiments=inputs.labels, **out.kwargs())

@@ -1,0 +1,114 @@
+"""Target wiring: what each table and figure of the config reads and shows, as file paths
+(:mod:`cselab.pipeline.outputs`) and row descriptions for the report jobs; the kinds themselves
+are declared in :mod:`cselab.reporting` (:mod:`~cselab.reporting.tables`,
+:mod:`~cselab.reporting.kinds`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cselab.pipeline import outputs
+from cselab.pipeline.config import experiment_ids, experiment_spec, full_options, is_trained
+from cselab.reporting.kinds import figure_kinds
+from cselab.reporting.tables import EXTRA_COLUMNS, TABLE_KINDS, kind_columns
+
+
+def table_columns(cfg: dict, name: str) -> list[str]:
+    """A table's columns: its kind's (from the evaluation settings), then its extra columns."""
+    table = cfg["tables"][name]
+    return kind_columns(table["kind"], cfg["evaluation"], table.get("extra_columns", []))
+
+
+def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
+    """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
+    table = cfg["tables"][name]
+    results = dict.fromkeys([*TABLE_KINDS[table["kind"]].results,
+                             *(EXTRA_COLUMNS[c] for c in table.get("extra_columns", []))])
+    datasets = cfg["evaluation"]["beir"]["datasets"]
+    out = {}
+    for exp in experiment_ids(cfg, table["experiments"]):
+        files = []
+        for result in results:
+            pattern = outputs.RESULT[result]
+            files += ([outputs.path(pattern, exp=exp, dataset=d) for d in datasets] if "{dataset}" in pattern
+                      else [outputs.path(pattern, exp=exp)])
+        out[exp] = files
+    return out
+
+
+def table_rows(cfg: dict, name: str) -> list[dict]:
+    """What the table job needs to know about each experiment id (a rerun trigger too).
+
+    ``options`` carries ``subsampling`` too: published settings are matched on it. ``setting``
+    is what the note compares with the paper's training setting (:func:`training_setting`).
+    """
+    keep = ("name", "plm", "model", "method", "seed")
+    rows = []
+    for exp_id, files in table_inputs(cfg, name).items():
+        spec = experiment_spec(cfg, exp_id)
+        trained = spec["seed"] is not None
+        options = {**full_options(spec), "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
+        rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
+                     "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files})
+    return rows
+
+
+def training_setting(cfg: dict, spec: dict) -> dict:
+    """An experiment's training setting as a table note compares it with a paper's
+    (:data:`cselab.reporting.published.SETTING_KEYS`)."""
+    t = spec["training"]
+    out = {"precision": t.get("precision"), "lr": t["lr"], "batch_size": t["batch_size"], "epochs": t["epochs"],
+           "max_steps": t.get("max_steps") or None, "max_len": t["max_len"], "corpus": corpus_label(cfg, spec)}
+    if t.get("subsampling", "none") != "none":
+        out["segmenter"] = cfg["spans"]["segmenter"]
+    return out
+
+
+def corpus_label(cfg: dict, spec: dict) -> str:
+    """The training corpus in words: its file name, ``first N lines`` when capped, the held-out
+    slice it leaves out."""
+    corpus = cfg["data"]["corpus"]
+    label = Path(corpus.get("path") or corpus["url"]).name
+    if corpus.get("max_lines"):
+        label += f", first {corpus['max_lines']:,} lines"
+    if spec["training"].get("holdout"):
+        label += f", without a {spec['training']['holdout']:g} held-out slice"
+    return label
+
+
+def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
+    """Legend label -> experiment id (the first seed of each trained experiment)."""
+    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name].get("experiments", {}).items()}
+
+
+def model_input(cfg: dict, exp_id: str) -> str:
+    """What an evaluation reads: a trained experiment's best checkpoint, or the resolved PLM."""
+    if is_trained(cfg, exp_id):
+        return outputs.path(outputs.MODEL, exp=exp_id)
+    return outputs.path(outputs.PLM, plm=experiment_spec(cfg, exp_id)["plm"])
+
+
+def figure_inputs(cfg: dict, name: str) -> dict[str, dict[str, str]]:
+    """Label -> {what the figure's kind reads: the file} (:mod:`cselab.reporting.kinds`)."""
+    kind = figure_kinds()[cfg["figures"][name]["kind"]]
+    where = {"curve": lambda e: outputs.path(outputs.CURVE, exp=e), "model": lambda e: model_input(cfg, e),
+             "stsb_dev": lambda e: outputs.path(outputs.RESULT["stsb_dev"], exp=e)}
+    return {label: {read: where[read](exp_id) for read in kind.reads}
+            for label, exp_id in figure_experiments(cfg, name).items()} if kind.reads else {}
+
+
+def figure_values(cfg: dict, name: str) -> dict[str, float]:
+    """A sweep's x values: label -> the kind's value of the experiment (e.g. its swept option)."""
+    fig = cfg["figures"][name]
+    kind = figure_kinds()[fig["kind"]]
+    if kind.values is None:
+        return {}
+    return {label: kind.values(fig, experiment_spec(cfg, exp_id))
+            for label, exp_id in figure_experiments(cfg, name).items()}
+
+
+def heldout_file(cfg: dict, name: str) -> str | None:
+    fig = cfg["figures"][name]
+    if not figure_kinds()[fig["kind"]].heldout:
+        return None
+    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=fig["holdout"])

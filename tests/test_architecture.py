@@ -1,0 +1,66 @@
+"""The package's shape, checked: imports run one way (data -> models -> training / evaluation ->
+reporting -> pipeline), functions stay short, and every table and figure kind is declared once
+(the schema enumerates the registries)."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cselab"
+#: which rooms of the house a room may import from (besides io and errors, the foundations)
+ALLOWED = {
+    "data": {"data"},
+    "models": {"data", "models"},
+    "training": {"data", "models", "training"},
+    "evaluation": {"data", "models", "evaluation"},
+    "reporting": {"data", "models", "evaluation", "reporting"},
+    "pipeline": {"data", "models", "training", "evaluation", "reporting", "pipeline"},
+}
+
+
+def imports(path: Path) -> set[str]:
+    """Every cselab module a file imports, at the top or inside a function."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cselab"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("cselab"))
+    return out
+
+
+@pytest.mark.parametrize("room", sorted(ALLOWED))
+def test_imports_run_one_way(room):
+    wrong = []
+    for path in sorted((PACKAGE / room).rglob("*.py")):
+        for module in imports(path):
+            parts = module.split(".")
+            if len(parts) > 1 and parts[1] in ALLOWED and parts[1] not in ALLOWED[room]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not wrong, wrong
+
+
+def test_no_function_over_80_lines():
+    long = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted(PACKAGE.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
+    assert not long, long
+
+
+def test_each_kind_is_declared_once_and_the_schema_enumerates_them():
+    from cselab.pipeline.config import load_schema
+    from cselab.reporting.kinds import figure_kinds, table_kinds
+
+    schema = load_schema()
+    entry = {s: schema["properties"][s]["additionalProperties"] for s in ("tables", "figures")}
+    assert entry["tables"]["properties"]["kind"]["enum"] == sorted(table_kinds())
+    assert entry["figures"]["properties"]["kind"]["enum"] == sorted(figure_kinds())
+    on_disk = json.loads((PACKAGE / "schema" / "config.schema.json").read_text())
+    figure = on_disk["properties"]["figures"]["additionalProperties"]
+    assert set(figure["properties"]) == {"kind", "title", "experiments"}  # the kinds' options live with them
+    for kind in figure_kinds().values():
+        assert all("default" in prop or kind.name == "component_sweep" for prop in kind.options.values()), kind.name
