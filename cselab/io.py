@@ -96,3 +96,14 @@ def _remove(path: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+#: third-party loggers kept at WARNING in the logs of jobs and training processes
+NOISY_LOGGERS = ("alembic", "mlflow", "urllib3", "httpx")
+
+
+def quiet_third_party_loggers() -> None:
+    import logging
+
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)

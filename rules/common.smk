@@ -11,6 +11,7 @@ sys.path.insert(0, workflow.basedir)  # scripts find the library via workflow_sc
 
 from snakemake.exceptions import WorkflowError
 
+from cselab.data.senteval import KNOWN_TASKS
 from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import outputs as OUT
@@ -26,7 +27,9 @@ except CselabError as e:
 # file with the submitting environment): every MLflow run of the invocation is tagged with it.
 os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
 
-SENTEVAL_TASKS = cselab_config.senteval_tasks(CFG)
+# every SentEval task, whatever the tables need: the manifest is an input of training (STS-B dev)
+# and must not change when a table is added
+SENTEVAL_TASKS = list(KNOWN_TASKS)
 SPANS = CFG.get("spans", {})
 ENCODER = cselab_config.encoder_settings(CFG)
 

@@ -10,9 +10,9 @@ rule prepare_corpus:
         source=CFG["data"]["corpus"],
         download_dir=OUT.DOWNLOADS,
     log:
-        "logs/prepare_corpus.log",
+        OUT.job_log("prepare_corpus"),
     benchmark:
-        "benchmarks/prepare_corpus.tsv"
+        OUT.job_benchmark("prepare_corpus")
     resources:
         mem_mb=4000,
         runtime=60,
@@ -29,9 +29,9 @@ rule split_corpus:
         train=OUT.CORPUS_TRAIN_SPLIT,
         heldout=OUT.CORPUS_HELDOUT_SPLIT,
     log:
-        "logs/split_corpus/{fraction}.log",
+        OUT.job_log("split_corpus", "{fraction}"),
     benchmark:
-        "benchmarks/split_corpus/{fraction}.tsv"
+        OUT.job_benchmark("split_corpus", "{fraction}")
     resources:
         mem_mb=4000,
         runtime=30,
@@ -50,9 +50,9 @@ rule prepare_senteval:
         extract_dir=OUT.SENTEVAL_TREE,
         download_dir=OUT.DOWNLOADS,
     log:
-        "logs/prepare_senteval.log",
+        OUT.job_log("prepare_senteval"),
     benchmark:
-        "benchmarks/prepare_senteval.tsv"
+        OUT.job_benchmark("prepare_senteval")
     resources:
         mem_mb=2000,
         runtime=60,
@@ -68,9 +68,9 @@ rule resolve_plm:
     params:
         model=lambda wc: CFG["plms"][wc.plm]["model"],
     log:
-        "logs/resolve_plm/{plm}.log",
+        OUT.job_log("resolve_plm", "{plm}"),
     benchmark:
-        "benchmarks/resolve_plm/{plm}.tsv"
+        OUT.job_benchmark("resolve_plm", "{plm}")
     resources:
         mem_mb=4000,
         runtime=60,
@@ -89,9 +89,9 @@ rule prepare_beir:
         out_dir=lambda wc: OUT.path(OUT.BEIR_DATA, dataset=wc.dataset),
         download_dir=OUT.DOWNLOADS,
     log:
-        "logs/prepare_beir/{dataset}.log",
+        OUT.job_log("prepare_beir", "{dataset}"),
     benchmark:
-        "benchmarks/prepare_beir/{dataset}.tsv"
+        OUT.job_benchmark("prepare_beir", "{dataset}")
     resources:
         mem_mb=8000,
         runtime=120,
@@ -110,9 +110,9 @@ rule prepare_stsb_retrieval:
         out_dir=OUT.STSB_RETRIEVAL_DATA,
         download_dir=OUT.DOWNLOADS,
     log:
-        "logs/prepare_stsb_retrieval.log",
+        OUT.job_log("prepare_stsb_retrieval"),
     benchmark:
-        "benchmarks/prepare_stsb_retrieval.tsv"
+        OUT.job_benchmark("prepare_stsb_retrieval")
     resources:
         mem_mb=2000,
         runtime=10,

@@ -1,5 +1,7 @@
 # Evaluation of a trained or untrained model. Every rule reads embeddings through the cache
-# (results/cache), so adding a metric or a table never re-encodes a dataset.
+# (results/cache), so adding a metric or a table never re-encodes a dataset. One skeleton
+# (evaluate_sts) and one job (cselab.pipeline.jobs.evaluate.evaluate, which computes what the
+# rule's name says); the others inherit it and name what differs (`use rule ... with:`).
 
 
 rule evaluate_sts:
@@ -13,9 +15,9 @@ rule evaluate_sts:
         settings=ENCODER,
         experiment="{exp}",
     log:
-        "logs/evaluate_sts/{exp}.log",
+        OUT.job_log("evaluate_sts", "{exp}"),
     benchmark:
-        "benchmarks/evaluate_sts/{exp}.tsv"
+        OUT.job_benchmark("evaluate_sts", "{exp}")
     threads: 8
     resources:
         mem_mb=16000,
@@ -23,10 +25,26 @@ rule evaluate_sts:
     conda:
         "../envs/evaluate.yaml"
     script:
-        "../workflow_scripts/evaluate_sts.py"
+        "../workflow_scripts/evaluate.py"
 
 
-rule evaluate_stsb_dev_head:
+use rule evaluate_sts as evaluate_stsb_dev with:
+    output:
+        OUT.RESULT["stsb_dev"],
+        pairs=OUT.RESULT["stsb_dev_pairs"],
+    params:
+        settings=ENCODER,
+        experiment="{exp}",
+    log:
+        OUT.job_log("evaluate_stsb_dev", "{exp}"),
+    benchmark:
+        OUT.job_benchmark("evaluate_stsb_dev", "{exp}")
+    resources:
+        mem_mb=8000,
+        runtime=30,
+
+
+use rule evaluate_sts as evaluate_stsb_dev_head with:
     input:
         model=OUT.MODEL,
         senteval=rules.prepare_senteval.output.manifest,
@@ -38,23 +56,16 @@ rule evaluate_stsb_dev_head:
         settings=ENCODER,
         experiment="{exp}",
     log:
-        "logs/evaluate_stsb_dev_head/{exp}.log",
+        OUT.job_log("evaluate_stsb_dev_head", "{exp}"),
     benchmark:
-        "benchmarks/evaluate_stsb_dev_head/{exp}.tsv"
+        OUT.job_benchmark("evaluate_stsb_dev_head", "{exp}")
     threads: 2
     resources:
         mem_mb=8000,
         runtime=30,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_stsb_dev_head.py"
 
 
-rule evaluate_transfer:
-    input:
-        model=model_input,
-        senteval=rules.prepare_senteval.output.manifest,
+use rule evaluate_sts as evaluate_transfer with:
     output:
         OUT.RESULT["transfer"],
         pairs=OUT.RESULT["transfer_pairs"],
@@ -63,44 +74,25 @@ rule evaluate_transfer:
         transfer=CFG["evaluation"]["transfer"],
         experiment="{exp}",
     log:
-        "logs/evaluate_transfer/{exp}.log",
+        OUT.job_log("evaluate_transfer", "{exp}"),
     benchmark:
-        "benchmarks/evaluate_transfer/{exp}.tsv"
-    threads: 8
+        OUT.job_benchmark("evaluate_transfer", "{exp}")
     resources:
         mem_mb=16000,
         runtime=120,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_transfer.py"
 
 
-rule evaluate_transfer_dev:
-    input:
-        model=model_input,
-        senteval=rules.prepare_senteval.output.manifest,
+use rule evaluate_transfer as evaluate_transfer_dev with:
     output:
         OUT.RESULT["transfer_dev"],
-    params:
-        settings=ENCODER,
-        transfer=CFG["evaluation"]["transfer"],
-        experiment="{exp}",
     log:
-        "logs/evaluate_transfer_dev/{exp}.log",
+        OUT.job_log("evaluate_transfer_dev", "{exp}"),
     benchmark:
-        "benchmarks/evaluate_transfer_dev/{exp}.tsv"
-    threads: 8
-    resources:
-        mem_mb=16000,
-        runtime=120,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_transfer_dev.py"
+        OUT.job_benchmark("evaluate_transfer_dev", "{exp}")
 
 
-rule evaluate_beir:
+# BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@k): one job, evaluate_retrieval
+use rule evaluate_sts as evaluate_beir with:
     input:
         model=model_input,
         dataset=OUT.BEIR_MANIFEST,
@@ -112,20 +104,15 @@ rule evaluate_beir:
         experiment="{exp}",
         metric="ndcg@10",
     log:
-        "logs/evaluate_beir/{exp}/{dataset}.log",
+        OUT.job_log("evaluate_beir", "{exp}/{dataset}"),
     benchmark:
-        "benchmarks/evaluate_beir/{exp}/{dataset}.tsv"
-    threads: 8
+        OUT.job_benchmark("evaluate_beir", "{exp}/{dataset}")
     resources:
         mem_mb=32000,
         runtime=12 * 60,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_retrieval.py"
 
 
-rule evaluate_stsb_retrieval:
+use rule evaluate_beir as evaluate_stsb_retrieval with:
     input:
         model=model_input,
         dataset=rules.prepare_stsb_retrieval.output.manifest,
@@ -137,23 +124,15 @@ rule evaluate_stsb_retrieval:
         experiment="{exp}",
         metric="recall",
     log:
-        "logs/evaluate_stsb_retrieval/{exp}.log",
+        OUT.job_log("evaluate_stsb_retrieval", "{exp}"),
     benchmark:
-        "benchmarks/evaluate_stsb_retrieval/{exp}.tsv"
-    threads: 8
+        OUT.job_benchmark("evaluate_stsb_retrieval", "{exp}")
     resources:
         mem_mb=8000,
         runtime=60,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_retrieval.py"
 
 
-rule evaluate_geometry:
-    input:
-        model=model_input,
-        senteval=rules.prepare_senteval.output.manifest,
+use rule evaluate_sts as evaluate_geometry with:
     output:
         OUT.RESULT["geometry"],
     params:
@@ -161,38 +140,9 @@ rule evaluate_geometry:
         geometry=CFG["evaluation"]["geometry"],
         experiment="{exp}",
     log:
-        "logs/evaluate_geometry/{exp}.log",
+        OUT.job_log("evaluate_geometry", "{exp}"),
     benchmark:
-        "benchmarks/evaluate_geometry/{exp}.tsv"
-    threads: 8
+        OUT.job_benchmark("evaluate_geometry", "{exp}")
     resources:
         mem_mb=8000,
         runtime=60,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_geometry.py"
-
-
-rule evaluate_stsb_dev:
-    input:
-        model=model_input,
-        senteval=rules.prepare_senteval.output.manifest,
-    output:
-        OUT.RESULT["stsb_dev"],
-        pairs=OUT.RESULT["stsb_dev_pairs"],
-    params:
-        settings=ENCODER,
-        experiment="{exp}",
-    log:
-        "logs/evaluate_stsb_dev/{exp}.log",
-    benchmark:
-        "benchmarks/evaluate_stsb_dev/{exp}.tsv"
-    threads: 8
-    resources:
-        mem_mb=8000,
-        runtime=30,
-    conda:
-        "../envs/evaluate.yaml"
-    script:
-        "../workflow_scripts/evaluate_stsb_dev.py"

@@ -16,9 +16,9 @@ rule figure:
         values=lambda wc: cselab_targets.figure_values(CFG, wc.figure),
         settings=ENCODER,
     log:
-        "logs/figures/{figure}.log",
+        OUT.job_log("figures", "{figure}"),
     benchmark:
-        "benchmarks/figures/{figure}.tsv"
+        OUT.job_benchmark("figures", "{figure}")
     threads: 2
     resources:
         mem_mb=8000,

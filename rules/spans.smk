@@ -11,9 +11,9 @@ rule segment_corpus:
     params:
         settings=SPANS,
     log:
-        "logs/segment_corpus.log",
+        OUT.job_log("segment_corpus"),
     benchmark:
-        "benchmarks/segment_corpus.tsv"
+        OUT.job_benchmark("segment_corpus")
     threads: SPANS.get("n_process", 1)
     resources:
         mem_mb=8000,
@@ -33,9 +33,9 @@ rule subsample:
     params:
         min_words=SPANS.get("min_words", 1),
     log:
-        "logs/subsample/{strategy}.log",
+        OUT.job_log("subsample", "{strategy}"),
     benchmark:
-        "benchmarks/subsample/{strategy}.tsv"
+        OUT.job_benchmark("subsample", "{strategy}")
     resources:
         mem_mb=8000,
         runtime=60,

@@ -14,9 +14,9 @@ rule table:
         rows=lambda wc: cselab_targets.table_rows(CFG, wc.table),
         bootstrap=CFG["evaluation"].get("bootstrap", {}),
     log:
-        "logs/tables/{table}.log",
+        OUT.job_log("tables", "{table}"),
     benchmark:
-        "benchmarks/tables/{table}.tsv"
+        OUT.job_benchmark("tables", "{table}")
     resources:
         mem_mb=2000,
         runtime=10,

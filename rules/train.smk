@@ -16,9 +16,9 @@ rule train:
         spec=lambda wc: experiment_spec(wc.exp),
         artifacts=lambda wc: artifacts(experiment_spec(wc.exp)),
     log:
-        "logs/train/{exp}.log",
+        OUT.job_log("train", "{exp}"),
     benchmark:
-        "benchmarks/train/{exp}.tsv"
+        OUT.job_benchmark("train", "{exp}")
     threads: 8
     resources:
         mem_mb=32000,
@@ -44,9 +44,9 @@ rule pretrain:
         spec=lambda wc: pretraining_spec(wc.stage, wc.plm),
         artifacts=lambda wc: artifacts(pretraining_spec(wc.stage, wc.plm)),
     log:
-        "logs/pretrain/{stage}/{plm}.log",
+        OUT.job_log("pretrain", "{stage}/{plm}"),
     benchmark:
-        "benchmarks/pretrain/{stage}/{plm}.tsv"
+        OUT.job_benchmark("pretrain", "{stage}/{plm}")
     threads: 8
     resources:
         mem_mb=64000,

@@ -237,7 +237,8 @@ def test_views_must_match_the_primary(tiny_bert):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"mask_rate": 1.2}, r"'options\.mask_rate': must be in \(0, 1\)"),
+    ({"mask_ratio": 1.2}, r"'options\.mask_ratio': must be in \(0, 1\)"),
+    ({"mask_rate": 0.3, "mask_ratio": 0.3}, r"'options\.mask_ratio': 'mask_ratio' is the former name|former name of"),
     ({"lower_layers": 0}, r"'options\.lower_layers': must be a positive number of layers"),
     ({"views": 0}, r"'options\.views': must be a positive integer"),
     ({"mask": 0.3}, r"unknown config key 'options\.mask' for method 'infocse_mlm'"),
@@ -316,3 +317,22 @@ def test_a_pooler_table_needs_trained_experiments():
     valid = cc.validate(cfg)
     files = ct.table_inputs(valid, "infocse_table9")["infocse-bert-base-s42"]
     assert [Path(f).name for f in files] == ["stsb_dev_head.json", "stsb_dev.json"]
+
+
+def test_the_former_option_name_is_the_same_experiment():
+    """One name per concept (mask_ratio, as DiffCSE's): InfoCSE's former mask_rate is an alias
+    that gives the same spec, so the same experiment, nothing retrained."""
+    import yaml
+    from pathlib import Path
+
+    from cselab.pipeline import config as cc
+    from tests.test_config import deep_update
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    old = deep_update(cfg, {"experiments": {"info-mask20-bert-base": {
+        "auxiliaries": {"infocse_mlm": {"options": {"mask_rate": 0.2}}}}}})
+    old["experiments"]["info-mask20-bert-base"]["auxiliaries"]["infocse_mlm"]["options"].pop("mask_ratio", None)
+    new_spec = cc.experiment_spec(cc.validate(cfg), "info-mask20-bert-base-s42")
+    assert cc.experiment_spec(cc.validate(old), "info-mask20-bert-base-s42") == new_spec
+    assert new_spec["auxiliaries"]["infocse_mlm"]["options"]["mask_ratio"] == 0.2
+    assert InfoCSEMLM.check_options({"mask_rate": 0.25}).mask_ratio == 0.25

@@ -1,5 +1,6 @@
-"""Snakemake script: runs the segment_corpus job of cselab.pipeline.jobs; all logic lives in the library."""
+"""Snakemake script of rule segment_corpus: the job cselab.pipeline.jobs.data.segment_corpus; all logic lives in the library."""
 import cselab_path  # noqa: F401  (repository root on sys.path)
 from cselab.pipeline.jobs import main
+from cselab.pipeline.jobs.data import segment_corpus
 
-main(snakemake, "segment_corpus")  # noqa: F821 (injected by Snakemake)
+main(snakemake, segment_corpus)  # noqa: F821 (injected by Snakemake)

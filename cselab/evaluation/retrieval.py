@@ -219,7 +219,7 @@ def evaluate_run(
     return out
 
 
-def evaluate_beir(
+def evaluate_retrieval(
     encode: Callable[[list[str]], np.ndarray],
     root: str | Path,
     k: int = 100,
@@ -250,21 +250,6 @@ def evaluate_beir(
     metrics = {m: float(np.mean([p[m] for p in per.values()])) for m in next(iter(per.values()))}
     return {"metrics": metrics, "n_queries": n_queries, "n_docs": n_docs,
             "subsets": per if len(subsets) > 1 or subsets[0] != Path(root) else {}}
-
-
-# --------------------------------------------------------------------------- STS-B in-domain retrieval
-def evaluate_stsb_retrieval(
-    encode: Callable[[list[str]], np.ndarray],
-    senteval_root: str | Path,
-    out_dir: str | Path,
-    k_values: Sequence[int] = (1, 5, 10),
-) -> dict[str, float]:
-    """Recall@k (fractions) of ``encode`` on the STS-B in-domain task (cosine), built by
-    :func:`stsb_retrieval_dataset` and scored by :func:`retrieve` + :func:`evaluate_run`."""
-    data = load_beir(stsb_retrieval_dataset(senteval_root, out_dir))
-    run = retrieve(encode, data, k=max(k_values), score="cos")
-    metrics = evaluate_run(data.qrels, run, k_values)
-    return {f"recall@{k}": metrics[f"recall@{k}"] for k in k_values}
 
 
 def table_scores(dataset: str, metrics: dict[str, float], metric: str) -> dict[str, float]:

@@ -277,29 +277,40 @@ def _resolve_data_dir(cfg: dict) -> None:
         beir["path"] = str(root / "beir")
 
 
+def _canonical(method: str, options: dict) -> dict:
+    """A method's options under their current names (a former name is an alias: the same experiment)."""
+    from cselab.training.methods import registry
+
+    cls = registry().get(method)
+    return cls.canonical_options(options) if cls else dict(options)
+
+
 def _merge_experiment(cfg: dict, name: str) -> dict:
     exp = cfg["experiments"][name]
     plm = cfg["plms"][exp["plm"]]
     method = cfg["methods"].get(exp["method"], {})
     training = {**cfg["training"], **plm.get("training", {}), **method.get("training", {}),
                 **exp.get("training", {})}
-    options = {**method.get("options", {}), **exp.get("options", {})}
-    auxiliaries = copy.deepcopy(method.get("auxiliaries", {}))
+    primary = method.get("objective", UNTRAINED)
+    options = {**_canonical(primary, method.get("options", {})), **_canonical(primary, exp.get("options", {}))}
+    auxiliaries = {aux: {**entry, "options": _canonical(aux, entry.get("options", {}))}
+                   for aux, entry in copy.deepcopy(method.get("auxiliaries", {})).items() if entry is not None}
     for aux, override in exp.get("auxiliaries", {}).items():
         if override is None:
             auxiliaries.pop(aux, None)
-        elif aux in auxiliaries:
+            continue
+        override = {**override, "options": _canonical(aux, override.get("options", {}))}
+        if aux in auxiliaries:
             auxiliaries[aux] = {**auxiliaries[aux], **override,
-                                "options": {**auxiliaries[aux].get("options", {}), **override.get("options", {})}}
+                                "options": {**auxiliaries[aux].get("options", {}), **override["options"]}}
         else:
             auxiliaries[aux] = override
     for aux in auxiliaries.values():
         aux.setdefault("weight", 1.0)
         aux.setdefault("options", {})
-    objective = method.get("objective", UNTRAINED)
     return {"name": name, "plm": exp["plm"], "model": plm["model"], "method": exp["method"],
-            "objective": objective, "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
-            "auxiliaries": auxiliaries, "signature": "+".join([objective, *sorted(auxiliaries)]), "training": training}
+            "objective": primary, "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
+            "auxiliaries": auxiliaries, "signature": "+".join([primary, *sorted(auxiliaries)]), "training": training}
 
 
 def seeds_of(cfg: dict, name: str) -> list[int]:
@@ -374,7 +385,7 @@ def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
     if plm not in cfg["plms"]:
         raise ConfigError(f"unknown PLM {plm!r} for pretraining stage {stage!r}")
     entry = cfg["pretraining"][stage]
-    options = entry.get("options", {})
+    options = _canonical(entry["method"], entry.get("options", {}))
     training = _job_training({**cfg["training"], **entry.get("training", {})},
                              [{"method": entry["method"], "options": options}], scored=False)
     return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
@@ -403,17 +414,6 @@ def artifacts(spec: dict) -> dict[str, str]:
 
 def is_trained(cfg: dict, exp_id: str) -> bool:
     return parse_id(cfg, exp_id)[1] is not None
-
-
-def senteval_tasks(cfg: dict) -> list[str]:
-    """SentEval tasks the data rule verifies: always all 14 (7 STS, 7 transfer).
-
-    The list must not depend on which tables are configured: the manifest is an input of
-    training (STS-B dev), so a manifest rewritten because a table was added would retrain.
-    """
-    from cselab.data.senteval import KNOWN_TASKS
-
-    return list(KNOWN_TASKS)
 
 
 def encoder_settings(cfg: dict) -> dict:

@@ -29,14 +29,12 @@ PRETRAINED = PRETRAINED_DIR + "/model"
 PRETRAINED_CURVE = PRETRAINED_DIR + "/curve.csv"
 PRETRAINED_PLOT = PRETRAINED_CURVE.removesuffix(".csv") + ".png"
 PRETRAINED_SUMMARY = PRETRAINED_DIR + "/summary.json"
-PRETRAINED_RESUME = PRETRAINED_DIR + "/resume"
 
 # Experiments (rule train and the evaluate_* rules)
 EXPERIMENT_DIR = "results/experiments/{exp}"
 MODEL = EXPERIMENT_DIR + "/model"
 CURVE = EXPERIMENT_DIR + "/curve.csv"
 TRAIN_SUMMARY = EXPERIMENT_DIR + "/train_summary.json"
-RESUME = EXPERIMENT_DIR + "/resume"
 RESULT = {
     "sts": EXPERIMENT_DIR + "/sts.json",
     "sts_pairs": EXPERIMENT_DIR + "/sts_pairs.npz",
@@ -62,9 +60,17 @@ FIGURE_PNG = "results/{figure}.png"
 FIGURE_CSV = "results/{figure}.csv"
 MLFLOW_STORE = "sqlite:///results/mlflow.db"
 
-# Jobs
-LOG = "logs/{rule}/{name}.log"
-BENCHMARK = "benchmarks/{rule}/{name}.tsv"
+# Jobs: each rule's log and benchmark (time and memory) files, one per job
+
+
+def job_log(folder: str, name: str | None = None) -> str:
+    """``logs/<folder>.log``, or ``logs/<folder>/<name>.log`` for a rule with wildcards."""
+    return f"logs/{folder}/{name}.log" if name else f"logs/{folder}.log"
+
+
+def job_benchmark(folder: str, name: str | None = None) -> str:
+    """``benchmarks/<folder>.tsv``, or ``benchmarks/<folder>/<name>.tsv``."""
+    return f"benchmarks/{folder}/{name}.tsv" if name else f"benchmarks/{folder}.tsv"
 
 
 def path(pattern: str, **wildcards) -> str:

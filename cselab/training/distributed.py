@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from cselab.errors import CselabError
+from cselab.io import quiet_third_party_loggers
 
 log = logging.getLogger(__name__)
 
@@ -368,8 +369,7 @@ def _worker_logging(log_file: str | None) -> None:
         handlers.append(logging.FileHandler(log_file, mode="a"))
     logging.basicConfig(level=logging.INFO if rank_ == "0" else logging.WARNING, handlers=handlers, force=True,
                         format=f"%(asctime)s rank {rank_} %(name)s %(levelname)s %(message)s")
-    for noisy in ("alembic", "mlflow", "urllib3", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_third_party_loggers()
 
 
 def srun_command(job_file: Path, devices: int, nodes: int, python: str = sys.executable) -> list[str]:

@@ -1,24 +1,24 @@
 """Rule jobs: one module per rule family (:mod:`.data`, :mod:`.train`, :mod:`.evaluate`,
 :mod:`.report`), one function per rule, each one MLflow run.
 
-``workflow_scripts/<job>.py`` is a two-line file calling :func:`main`. Jobs take plain paths and
+``workflow_scripts/<rule>.py`` calls :func:`main` with its job function. Jobs take plain paths and
 dicts from the ``snakemake`` object and call the library; a user error (:class:`CselabError`)
 becomes one clear line on stderr and in the job's log, not a traceback.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import sys
 from pathlib import Path
+from typing import Callable
 
 from cselab.errors import CselabError
+from cselab.io import quiet_third_party_loggers
 
 log = logging.getLogger("cselab")
 
-FAMILIES = ("data", "train", "evaluate", "report")
 
 
 def run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None,
@@ -39,25 +39,24 @@ def senteval_root(manifest: str | Path) -> Path:
     return Path(json.loads(Path(manifest).read_text())["root"])
 
 
-def main(smk, job: str) -> None:
-    """Run ``job`` for a Snakemake ``script:``: log to the rule's log file, clear user errors."""
+def main(smk, job: Callable) -> None:
+    """Run ``job(smk)`` for a Snakemake ``script:``: log to the rule's log file, clear user errors."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(smk.log[0], mode="w"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         handlers=handlers, force=True)
-    for noisy in ("alembic", "mlflow", "urllib3", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_third_party_loggers()
     try:  # rules in the spans environment run without torch
         import torch
 
         torch.set_num_threads(max(1, int(smk.threads)))
     except ImportError:
         pass
-    smk.cselab_job = job
+    smk.cselab_job = job.__name__
     try:
-        importlib.import_module(f"{__name__}.{_family(job)}").__dict__[job](smk)
+        job(smk)
     except CselabError as e:
         log.error("%s", e)
         print(f"\ncselab error in rule {smk.rule}: {e}\n", file=sys.stderr)
@@ -65,11 +64,3 @@ def main(smk, job: str) -> None:
     except BaseException:
         log.exception("rule %s failed", smk.rule)  # the traceback in the job's log file too
         raise
-
-
-def _family(job: str) -> str:
-    for family in FAMILIES:
-        module = importlib.import_module(f"{__name__}.{family}")
-        if job in module.JOBS:
-            return family
-    raise KeyError(f"no job named {job!r}")

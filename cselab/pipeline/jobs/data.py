@@ -8,8 +8,6 @@ from pathlib import Path
 from cselab.io import write_json
 from cselab.pipeline.jobs import run, senteval_root
 
-JOBS = ("prepare_corpus", "split_corpus", "prepare_senteval", "resolve_plm", "prepare_beir",
-        "prepare_stsb_retrieval", "segment_corpus", "subsample")
 
 
 def prepare_corpus(smk) -> None:

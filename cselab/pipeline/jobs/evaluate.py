@@ -9,13 +9,10 @@ from pathlib import Path
 from typing import Callable
 
 from cselab.evaluation.encoding import ModelEncoder
-from cselab.models.checkpoints import model_path
 from cselab.io import write_json
+from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
-
-JOBS = ("evaluate_sts", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "evaluate_transfer", "evaluate_transfer_dev",
-        "evaluate_retrieval", "evaluate_geometry")
 
 
 def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None = None) -> None:
@@ -41,21 +38,28 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
         r.log_artifact(smk.output[0])
 
 
-def evaluate_sts(smk) -> None:
+def evaluate(smk) -> None:
+    """Every evaluation rule's job: what it computes is the rule's (:data:`EVALUATIONS`); one
+    MLflow run, one result JSON, per-item predictions where there are."""
+    compute, params = EVALUATIONS[smk.rule](smk)
+    _evaluate(smk, compute, params)
+
+
+def _sts(smk):
     from cselab.evaluation import sts
 
     root = senteval_root(smk.input.senteval)
-    _evaluate(smk, lambda m: sts.evaluate_sts(m.encode_fn("sts"), root))
+    return (lambda m: sts.evaluate_sts(m.encode_fn("sts"), root)), None
 
 
-def evaluate_stsb_dev(smk) -> None:
+def _stsb_dev(smk):
     from cselab.evaluation import sts
 
     root = senteval_root(smk.input.senteval)
-    _evaluate(smk, lambda m: sts.evaluate_stsb_dev(m.encode_fn("stsb-dev"), root))
+    return (lambda m: sts.evaluate_stsb_dev(m.encode_fn("stsb-dev"), root)), None
 
 
-def evaluate_stsb_dev_head(smk) -> None:
+def _stsb_dev_head(smk):
     """STS-B dev through the method's training head (SimCSE's "cls" pooler, InfoCSE Table 9), on
     the cached raw [CLS] embeddings: nothing is encoded twice."""
     from cselab.evaluation import sts
@@ -71,18 +75,17 @@ def evaluate_stsb_dev_head(smk) -> None:
         result.pop("pairs", None)
         return result
 
-    _evaluate(smk, compute)
+    return compute, None
 
 
-def evaluate_transfer(smk) -> None:
+def _transfer(smk):
     from cselab.evaluation import transfer
 
     root, opts = senteval_root(smk.input.senteval), smk.params.transfer
-    _evaluate(smk, lambda m: transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts),
-              params={"transfer": opts})
+    return (lambda m: transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts)), {"transfer": opts}
 
 
-def evaluate_transfer_dev(smk) -> None:
+def _transfer_dev(smk):
     """The transfer tasks' development accuracies under SentEval's dev protocol (the "fast"
     parameters SimCSE's and DiffCSE's ``--mode dev`` use): DiffCSE Tables 3-6 and 15's
     "Avg. transfer". The embeddings are the test-mode evaluation's cached ones."""
@@ -95,10 +98,10 @@ def evaluate_transfer_dev(smk) -> None:
         result.pop("pairs")
         return {**result, "scores": transfer.dev_scores(result), "avg": None}
 
-    _evaluate(smk, compute, params={"transfer": opts})
+    return compute, {"transfer": opts}
 
 
-def evaluate_retrieval(smk) -> None:
+def _retrieval(smk):
     """BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@1/5/10), one code path."""
     from cselab.evaluation import retrieval
 
@@ -106,15 +109,15 @@ def evaluate_retrieval(smk) -> None:
     name = smk.wildcards.get("dataset", "stsb_retrieval")
 
     def compute(m: ModelEncoder) -> dict:
-        res = retrieval.evaluate_beir(m.encode_fn(f"beir-{name}", max_len=opts["max_len"], sequence=True),
-                                      Path(manifest["root"]), k=opts["k"], chunk_size=opts["chunk_size"],
-                                      score=opts["score"], k_values=(1, 5, 10, 100))
+        res = retrieval.evaluate_retrieval(m.encode_fn(f"beir-{name}", max_len=opts["max_len"], sequence=True),
+                                           Path(manifest["root"]), k=opts["k"], chunk_size=opts["chunk_size"],
+                                           score=opts["score"], k_values=(1, 5, 10, 100))
         return {"dataset": name, **res, "scores": retrieval.table_scores(name, res["metrics"], smk.params.metric)}
 
-    _evaluate(smk, compute, params={"retrieval": opts, "dataset": name})
+    return compute, {"retrieval": opts, "dataset": name}
 
 
-def evaluate_geometry(smk) -> None:
+def _geometry(smk):
     from cselab.data.tasks import load_stsb
     from cselab.evaluation.geometry import align_uniform
 
@@ -125,4 +128,10 @@ def evaluate_geometry(smk) -> None:
                             threshold=opts["threshold"])
         return {**res, "scores": {"alignment": res["alignment"], "uniformity": res["uniformity"]}}
 
-    _evaluate(smk, compute, params={"geometry": opts})
+    return compute, {"geometry": opts}
+
+
+#: evaluation rule -> what its job computes on a model, and the params it logs
+EVALUATIONS = {"evaluate_sts": _sts, "evaluate_stsb_dev": _stsb_dev, "evaluate_stsb_dev_head": _stsb_dev_head,
+               "evaluate_transfer": _transfer, "evaluate_transfer_dev": _transfer_dev, "evaluate_beir": _retrieval,
+               "evaluate_stsb_retrieval": _retrieval, "evaluate_geometry": _geometry}

@@ -9,7 +9,6 @@ from pathlib import Path
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
 
-JOBS = ("table", "figure")
 
 
 def table(smk) -> None:

@@ -18,7 +18,6 @@ from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.pipeline.jobs import run, senteval_root
 
-JOBS = ("train", "pretrain")
 
 
 def _artifacts(smk) -> dict[str, Path]:

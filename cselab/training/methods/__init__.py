@@ -110,9 +110,25 @@ class Method(nn.Module):
 
     # -- configuration --------------------------------------------------------------------
 
+    #: former option names still accepted: alias -> the option (one concept, one name; the same experiment)
+    aliases: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def canonical_options(cls, options: dict, where: str = "options") -> dict:
+        """``options`` under their current names (an alias renamed; both given is an error)."""
+        out: dict = {}
+        for key, value in options.items():
+            name = cls.aliases.get(key, key)
+            if name in out:
+                raise ConfigError(f"config key '{where}.{key}': {key!r} is the former name of {name!r}, which is "
+                                  f"set too; keep {name!r}")
+            out[name] = value
+        return out
+
     @classmethod
     def check_options(cls, options: dict, where: str = "options"):
         """Build ``Options`` from a dict; unknown keys or bad values raise ConfigError naming them."""
+        options = cls.canonical_options(options, where)
         fields = {f.name for f in dataclasses.fields(cls.Options)}
         unknown = sorted(set(options) - fields)
         if unknown:

@@ -42,8 +42,8 @@ AUX_FILE, AUX_CONFIG = "infocse_aux.pt", "infocse_aux.json"
 
 
 def _check_common(o) -> tuple[str, str] | None:
-    if not isinstance(o.mask_rate, (int, float)) or not 0 < o.mask_rate < 1:
-        return "mask_rate", f"must be in (0, 1), got {o.mask_rate!r}"
+    if not isinstance(o.mask_ratio, (int, float)) or not 0 < o.mask_ratio < 1:
+        return "mask_ratio", f"must be in (0, 1), got {o.mask_ratio!r}"
     if o.lower_layers is not None and (not isinstance(o.lower_layers, int) or o.lower_layers < 1):
         return "lower_layers", (f"must be a positive number of layers or null (half the backbone), "
                                 f"got {o.lower_layers!r}")
@@ -84,18 +84,19 @@ class InfoCSEPretrain(Method):
     auxiliary network reads ``[h ; M^{>0}]`` of the same forward (``h`` its top-layer [CLS],
     ``M`` its ``lower_layers``-th layer's states).
 
-    Options: ``mask_rate`` (0.15, Condenser's), ``whole_word`` (true: whole-word masking, as
+    Options: ``mask_ratio`` (0.15, Condenser's), ``whole_word`` (true: whole-word masking, as
     Condenser's collator; false: BERT's per-token masking), ``lower_layers`` (null: half the
     backbone's layers; the paper configs set 6, the authors' ``--skip_from 6`` for base and
     large), ``extra_layers`` (2), ``mlm_weight`` (1.0: the paper's ``L_aux + L_mlm``).
     """
 
     name = "infocse_pretrain"
+    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
     training_keys = ()  # the backbone's own forward only
 
     @dataclasses.dataclass
     class Options:
-        mask_rate: float = 0.15
+        mask_ratio: float = 0.15
         whole_word: bool = True
         lower_layers: int | None = None
         extra_layers: int = 2
@@ -121,7 +122,7 @@ class InfoCSEPretrain(Method):
 
     def prepare(self, batch):
         ids, mask = mlm.natural(batch, "input_ids", "attention_mask")  # extra padding changes nothing
-        ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_rate, self.ctx.tokenizer,
+        ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_ratio, self.ctx.tokenizer,
                                       word_starts=self.word_starts)
         return {**batch, "mlm_input_ids": ids, "mlm_attention_mask": mask, "mlm_labels": labels}
 
@@ -142,7 +143,7 @@ class InfoCSEPretrain(Method):
         # the backbone + this head are a masked LM of their own (DiffCSE's generator for a PLM without one)
         torch.save({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")}, out_dir / mlm.HEAD_FILE)
         (out_dir / AUX_CONFIG).write_text(json.dumps({"lower_layers": self.k, "extra_layers": self.options.extra_layers,
-                                                      "mask_rate": self.options.mask_rate}))
+                                                      "mask_ratio": self.options.mask_ratio}))
 
 
 class InfoCSEMLM(Method):
@@ -150,7 +151,7 @@ class InfoCSEMLM(Method):
     contrastive method (``methods.infocse`` in the config: SimCSE with the BatchNorm projector
     plus this at weight 1e-5).
 
-    Options: ``mask_rate`` (0.4, the paper's best for BERT-base; the authors' BERT-large script:
+    Options: ``mask_ratio`` (0.4, the paper's best for BERT-base; the authors' BERT-large script:
     0.3), ``detach`` (true: the auxiliary network's own lower layers are frozen and their output
     detached; false: that copy trains with the MLM gradient, InfoCSE Table 6 "w/o gradient
     detach"; the encoder's lower layers are not involved either way), ``lower_dropout`` (the
@@ -164,12 +165,13 @@ class InfoCSEMLM(Method):
     """
 
     name = "infocse_mlm"
+    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
     roles = ("auxiliary",)
     training_keys = ()  # reads the primary's views
 
     @dataclasses.dataclass
     class Options:
-        mask_rate: float = 0.4
+        mask_ratio: float = 0.4
         detach: bool = True
         lower_dropout: bool = False
         pretrained: bool = True
@@ -230,7 +232,7 @@ class InfoCSEMLM(Method):
     def prepare(self, batch):
         views = self.options.views
         ids, mask = (x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
-        ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_rate, self.ctx.tokenizer)
+        ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_ratio, self.ctx.tokenizer)
         return {**batch, "aux_input_ids": ids, "aux_attention_mask": mask, "aux_labels": labels}
 
     def forward(self, batch, shared):

@@ -1,5 +1,0 @@
-"""Snakemake script: runs the evaluate_geometry job of cselab.pipeline.jobs; all logic lives in the library."""
-import cselab_path  # noqa: F401  (repository root on sys.path)
-from cselab.pipeline.jobs import main
-
-main(snakemake, "evaluate_geometry")  # noqa: F821 (injected by Snakemake)
