@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         kwargs = {"spec": spec, "corpus_path": corpus, "dev_score": no_dev, "out_dir": work / f"run-{world}",
                   "token_cache": work / "tokens"}
         result = distributed.launch("cselab.training.loop:train_job", kwargs, devices=world,
-                                    workdir=work / f"launch-{world}", threads=args.threads)
+                                    workdir=work / f"launch-{world}", threads=args.threads,
+                                    timeout_s=spec["training"]["dist_timeout_s"])
         rates = [r["sentences_per_s"] for r in result.curve if r.get("sentences_per_s")]
         steady = rates[2:] or rates
         sentences_per_s = len(steady) / sum(1 / r for r in steady)

@@ -37,6 +37,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_settings as settings  # noqa: E402
+
 TEMPERATURE, LR, MAX_GRAD_NORM = 0.05, 3e-5, 1.0
 
 
@@ -157,10 +159,10 @@ def spec_for(method: str, model_dir: Path, batch_size: int, max_len: int, steps:
     options = {"partitions": 2, "aggregation": "avg"} if method == "compcse" else {}
     return {"id": f"bench-{method}-s42", "name": method, "plm": "bench", "model": str(model_dir), "method": method,
             "objective": method, "weight": 1.0, "options": options, "auxiliaries": {}, "signature": method,
-            "seed": 42, "training": {"batch_size": batch_size, "max_len": max_len, "epochs": 1, "max_steps": steps,
-                                     "lr": LR, "temperature": TEMPERATURE, "pooler": "cls", "eval_steps": None,
-                                     "log_steps": 1, "max_grad_norm": MAX_GRAD_NORM, "precision": precision,
-                                     "compile": compile_}}
+            "seed": 42, "training": settings.training(
+                batch_size=batch_size, max_len=max_len, epochs=1, max_steps=steps, lr=LR, temperature=TEMPERATURE,
+                pooler="cls", eval_steps=None, log_steps=1, max_grad_norm=MAX_GRAD_NORM, weight_decay=0.0,
+                warmup_steps=0, precision=precision, compile=compile_)}
 
 
 def pipeline_train(spec: dict, corpus: Path, work: Path, device: str, profile: bool = False) -> dict:

@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_settings as settings  # noqa: E402
 
 SIZES = {"tiny": (2, 128, 2), "base": (12, 768, 12), "large": (24, 1024, 16)}
 
@@ -67,9 +70,8 @@ def main() -> None:
         spec = {"id": f"{objective}-{args.size}-s42", "name": objective, "plm": args.size, "model": str(model),
                 "method": objective, "objective": objective, "weight": 1.0, "options": options,
                 "auxiliaries": {}, "signature": objective, "seed": 42,
-                "training": {"batch_size": args.batch_size, "max_len": 32, "epochs": 1, "max_steps": args.steps,
-                             "lr": 3e-5, "temperature": 0.05, "pooler": "cls", "eval_steps": 10 ** 9,
-                             "log_steps": 10, "max_grad_norm": 1.0, "precision": args.precision, "dropout": 0.1}}
+                "training": settings.training(batch_size=args.batch_size, max_len=32, epochs=1, max_steps=args.steps,
+                                              eval_steps=10 ** 9, log_steps=10, precision=args.precision)}
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         tic = time.perf_counter()

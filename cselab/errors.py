@@ -24,3 +24,80 @@ class ModelError(CselabError):
 
 class TrackingError(CselabError):
     """The MLflow tracking server cannot be reached (names the server and the ways out)."""
+
+
+# -- one message per schema violation -------------------------------------------------------------
+# The config schema, a figure kind's options and a method's options are JSON-schema documents,
+# checked by one function with one set of messages, each naming the key.
+
+def check_schema(instance, schema: dict, where: str = "", context: str = "") -> None:
+    """Check ``instance`` (the value at config key ``where``) against ``schema``; raise
+    :class:`ConfigError` naming the first offending key (the shallowest, then alphabetical),
+    with ``context`` appended and a count of the problems left."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        more = f" ({len(errors) - 1} more problem(s) after fixing this one)" if len(errors) > 1 else ""
+        raise ConfigError(explain(errors[0], where) + (f" ({context})" if context else "") + more)
+
+
+def _key(path, where: str = "") -> str:
+    return ".".join([where, *(str(p) for p in path)] if where else [str(p) for p in path]) or "<top level>"
+
+
+def _types(schema: dict) -> list:
+    types = schema.get("type", [])
+    return types if isinstance(types, list) else [types]
+
+
+def _range(schema: dict) -> str:
+    """A number's allowed range in words: ``in (0, 1)``, ``>= 0``, ``in 2..4``."""
+    low = ("[", schema["minimum"]) if "minimum" in schema else ("(", schema.get("exclusiveMinimum"))
+    high = ("]", schema["maximum"]) if "maximum" in schema else (")", schema.get("exclusiveMaximum"))
+    if low[1] is not None and high[1] is not None:
+        if "integer" in _types(schema) and low[0] == "[" and high[0] == "]":
+            return f"in {low[1]}..{high[1]}"
+        return f"in {low[0]}{low[1]}, {high[1]}{high[0]}"
+    if low[1] is not None:
+        return f"{'>=' if low[0] == '[' else '>'} {low[1]}"
+    return f"{'<=' if high[0] == ']' else '<'} {high[1]}"
+
+
+def explain(error, where: str = "") -> str:
+    """One jsonschema error as a sentence naming the config key (``where`` + the error's path)."""
+    import difflib
+
+    key = _key(error.absolute_path, where)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        msgs = []
+        for name in sorted(set(error.instance) - set(allowed)):
+            full = f"{key}.{name}" if key != "<top level>" else name
+            hint = difflib.get_close_matches(name, allowed, n=1)
+            did = f" (did you mean '{hint[0]}'?)" if hint else ""
+            msgs.append(f"unknown config key '{full}'{did}; valid keys here: {', '.join(allowed) or '(none)'}")
+        if msgs:
+            return "; ".join(msgs)
+    if error.validator == "required":
+        return f"config key '{key}' is missing a required entry: {error.message}"
+    if error.validator == "enum":
+        hint = difflib.get_close_matches(str(error.instance), [str(v) for v in error.validator_value], n=1)
+        did = f" (did you mean {hint[0]!r}?)" if hint else ""
+        return f"config key '{key}': {error.instance!r} is not one of {error.validator_value}{did}"
+    if error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        kind = "an integer" if "integer" in _types(error.schema) else "a number"
+        null = " or null" if "null" in _types(error.schema) else ""
+        return f"config key '{key}': must be {kind} {_range(error.schema)}{null}, got {error.instance!r}"
+    if error.validator == "type" and isinstance(error.instance, str):
+        try:
+            float(error.instance)
+            return (f"config key '{key}': {error.instance!r} is a string, expected "
+                    f"{error.validator_value}; YAML reads 3e-5 as text, write 3.0e-5")
+        except ValueError:
+            pass
+    if error.validator == "propertyNames":
+        return (f"config key '{key}': name {error.instance!r} may contain only letters, digits, "
+                f"'.', '_' and '-'")
+    return f"config key '{key}': {error.message}"

@@ -11,6 +11,17 @@ from pathlib import Path
 from cselab.data.senteval import STS_SUBSETS
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def training_defaults(**overrides) -> dict:
+    """config.yaml's ``training`` section (where each default is stated, once) with ``overrides``:
+    the settings a spec built by hand for :func:`cselab.training.loop.train` holds."""
+    import yaml
+
+    return {**yaml.safe_load((ROOT / "config.yaml").read_text())["training"], **overrides}
+
+
 #: names a folder with the stand-in data (``senteval/``, ``wiki1m_head.txt``) anywhere
 SHARED_DATA_ENV = "CSELAB_SHARED_DATA"
 

@@ -64,3 +64,25 @@ def test_each_kind_is_declared_once_and_the_schema_enumerates_them():
     assert set(figure["properties"]) == {"kind", "title", "experiments"}  # the kinds' options live with them
     for kind in figure_kinds().values():
         assert all("default" in prop or kind.name == "component_sweep" for prop in kind.options.values()), kind.name
+
+
+def test_settings_are_read_by_key_with_no_default_of_their_own():
+    """config.yaml states each default of its sections once (the schema requires every key there);
+    code that reads a training, evaluation, mlflow, data or spans setting with a fallback of its
+    own (``t.get("lr", 3e-5)``) would state a second one."""
+    from cselab.pipeline.config import load_schema
+
+    props = load_schema()["properties"]
+    keys = set(load_schema()["$defs"]["training"]["properties"])
+    for section in ("evaluation", "mlflow", "spans"):
+        keys |= set(props[section]["properties"])
+    for source in props["data"]["properties"].values():
+        keys |= set(source["properties"])
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+                    and not (isinstance(node.args[1], ast.Constant) and node.args[1].value is None)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} .get({node.args[0].value!r}, ...)")
+    assert not found, found

@@ -31,7 +31,7 @@ def generator(tiny_bert, tmp_path_factory):
 
 def build(tiny_bert, generator, **options):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse", "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
             "auxiliaries": {"rtd": {"weight": 1.0, "options": {"generator": str(generator), **options}}}}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     objective.train()
@@ -118,7 +118,7 @@ def test_generator_from_a_stage_and_bad_generators(tiny_bert, generator, tmp_pat
         build(tiny_bert, tiny_bert)  # a checkpoint without an MLM head is not a generator
     with pytest.raises(ConfigError, match=r"'options\.augment': 'swap' is not one of"):
         RTD.check_options({"augment": "swap"})
-    with pytest.raises(ConfigError, match=r"'options\.mask_ratio': must be in \(0, 1\)"):
+    with pytest.raises(ConfigError, match=r"'options\.mask_ratio': must be a number in \(0, 1\), got 0"):
         RTD.check_options({"mask_ratio": 0})
 
 
@@ -199,7 +199,7 @@ def test_training_losses_do_not_depend_on_pad_to_multiple_of(tiny_bert, generato
 
 def build_aux(tiny_bert, name, **options):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse", "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
             "auxiliaries": {name: {"weight": 1.0, "options": options}}}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     objective.train()
@@ -249,7 +249,7 @@ def test_edits_as_extra_positives_or_negatives(tiny_bert, generator, use, augmen
     from cselab.training.losses import info_nce, info_nce_hard_negatives
 
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse_edits", "training": {"temperature": 0.05}, "auxiliaries": {},
+    spec = {"objective": "simcse_edits", "weight": 1.0, "training": {"temperature": 0.05}, "auxiliaries": {},
             "options": {"use": use, "augment": augment, "generator": str(generator)}}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     objective.train()

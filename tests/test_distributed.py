@@ -173,7 +173,7 @@ def test_kill_two_processes_and_resume_on_one(tiny_bert, tmp_path):
               "import json, pickle; from pathlib import Path; from cselab.training import distributed as D;"
               f"kw = pickle.loads(Path({str(tmp_path / 'kw.pkl')!r}).read_bytes());"
               f"D.launch('tests.test_distributed:slow_after_checkpoint', kw, devices=2,"
-              f" workdir=Path({str(tmp_path / 'killed-job')!r}), threads=2)")
+              f" workdir=Path({str(tmp_path / 'killed-job')!r}), threads=2, timeout_s=600)")
     import pickle
 
     (tmp_path / "kw.pkl").write_bytes(pickle.dumps({"spec": s, "corpus_path": corpus, "dev_score": constant_dev,
@@ -322,7 +322,8 @@ def test_multi_node_agent_entry_and_refusal(tiny_bert, tmp_path, monkeypatch):
     for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(D.DistributedError, match=r"training.nodes is 2 but this job runs in no SLURM allocation"):
-        D.launch("cselab.training.loop:train_job", kwargs, devices=2, nodes=2, workdir=tmp_path / "multi")
+        D.launch("cselab.training.loop:train_job", kwargs, devices=2, nodes=2, workdir=tmp_path / "multi",
+                 timeout_s=600)
     cmd = D.srun_command(tmp_path / "job.pkl", devices=4, nodes=2, python="python")
     assert cmd[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert cmd[6:] == ["python", "-m", "cselab.training.distributed", "agent", str(tmp_path / "job.pkl"), "4", "2"]

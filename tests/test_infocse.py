@@ -54,13 +54,14 @@ def test_aux_input_is_h_then_the_lower_states(tiny_encoder):
 
 def stage_one(tiny_bert):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "infocse_pretrain", "options": {}, "auxiliaries": {}, "training": {"temperature": 0.05}}
+    spec = {"objective": "infocse_pretrain", "weight": 1.0, "options": {}, "auxiliaries": {},
+            "training": {"temperature": 0.05}}
     return encoder, build_objective(spec, encoder, {}, tiny_bert)
 
 
 def stage_two(tiny_bert, stage_dir, **options):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse", "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
             "auxiliaries": {"infocse_mlm": {"weight": 1.0, "options": options}}}
     artifacts = {"aux_network": stage_dir} if stage_dir else {}
     return encoder, build_objective(spec, encoder, artifacts, tiny_bert)
@@ -237,11 +238,11 @@ def test_views_must_match_the_primary(tiny_bert):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"mask_ratio": 1.2}, r"'options\.mask_ratio': must be in \(0, 1\)"),
+    ({"mask_ratio": 1.2}, r"'options\.mask_ratio': must be a number in \(0, 1\), got 1\.2"),
     ({"mask_rate": 0.3, "mask_ratio": 0.3}, r"'options\.mask_ratio': 'mask_ratio' is the former name|former name of"),
-    ({"lower_layers": 0}, r"'options\.lower_layers': must be a positive number of layers"),
-    ({"views": 0}, r"'options\.views': must be a positive integer"),
-    ({"mask": 0.3}, r"unknown config key 'options\.mask' for method 'infocse_mlm'"),
+    ({"lower_layers": 0}, r"'options\.lower_layers': must be an integer >= 1 or null, got 0"),
+    ({"views": 0}, r"'options\.views': must be an integer >= 1, got 0"),
+    ({"mask": 0.3}, r"unknown config key 'options\.mask'; valid keys here: .*mask_ratio.*\(method 'infocse_mlm'\)"),
 ])
 def test_bad_options(options, message):
     with pytest.raises(ConfigError, match=message):

@@ -139,8 +139,13 @@ def test_registry_and_option_errors(tiny_encoder):
     assert {"simcse", "compcse"} <= set(registry())
     with pytest.raises(ConfigError, match=r"unknown method 'nope'; valid methods: .*compcse.*simcse"):
         method_class("nope")
-    with pytest.raises(ConfigError, match=r"'x\.aggregaton'.*valid options: aggregation, compose, d0, head"):
+    with pytest.raises(ConfigError, match=r"'x\.aggregaton' \(did you mean 'aggregation'\?\); valid keys here: "
+                                          r"aggregation, compose, d0, head.*\(method 'compcse'\)"):
         CompCSE.check_options({"aggregaton": "avg"}, where="x")
+    with pytest.raises(ConfigError, match=r"'x\.d0': must be an integer >= 1 or null, got 0"):
+        CompCSE.check_options({"d0": 0}, where="x")
+    with pytest.raises(ConfigError, match=r"'x\.partitions': 2\.5 is not of type 'integer'"):
+        CompCSE.check_options({"partitions": 2.5}, where="x")
     with pytest.raises(ConfigError, match=r"'x\.partitions': must be an integer in 2\.\.4"):
         CompCSE.check_options({"partitions": 5}, where="x")
     with pytest.raises(ConfigError, match=r"concat_absdiff_project is defined for partitions = 2"):

@@ -107,10 +107,6 @@ def test_model_error_lists_what_was_tried(monkeypatch):
 def test_unknown_segmenter_and_bad_settings():
     with pytest.raises(ConfigError, match=r"spans\.segmenter.*spacy_clauses, whitespace_punct"):
         make_segmenter({"segmenter": "dmrst"})
-    with pytest.raises(ConfigError, match=r"spans\.batch_size"):
-        make_segmenter({"segmenter": "whitespace_punct", "batch_size": 0})
-    with pytest.raises(ConfigError, match=r"spans\.split_adjuncts"):
-        make_segmenter({"segmenter": "whitespace_punct", "split_adjuncts": "yes"})
     # the whole config section is accepted: min_words is for cselab.data.subsample
     assert make_segmenter({"segmenter": "whitespace_punct", "min_words": 2}).name == "whitespace_punct"
 

@@ -7,12 +7,13 @@ import math
 import pytest
 
 from cselab.training.loop import train
-from tests.helpers import make_corpus
+from tests.helpers import make_corpus, training_defaults
 
 
 def spec_for(tiny_bert, objective="simcse", options=None, seed=7, auxiliaries=None, **training):
-    t = {"batch_size": 8, "max_len": 16, "epochs": 1, "max_steps": 6, "lr": 1e-3, "temperature": 0.05,
-         "pooler": "cls", "eval_steps": 3, "log_steps": 2, "precision": "fp32", **training}
+    t = training_defaults(**{"batch_size": 8, "max_len": 16, "epochs": 1, "max_steps": 6, "lr": 1e-3,
+                             "temperature": 0.05, "pooler": "cls", "eval_steps": 3, "log_steps": 2, "precision": "fp32",
+                             **training})
     return {"id": f"{objective}-tiny-s{seed}", "name": f"{objective}-tiny", "plm": "tiny", "model": str(tiny_bert),
             "method": objective, "objective": objective, "weight": 1.0, "options": options or {},
             "auxiliaries": auxiliaries or {}, "signature": objective, "seed": seed, "training": t}

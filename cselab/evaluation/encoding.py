@@ -111,7 +111,7 @@ class ModelEncoder:
         if torch.cuda.is_available():  # bf16 forward there (SentenceEncoder.encode)
             self.encoder.to("cuda")
         key = {k: v for k, v in settings.items() if k in ("pooler", "max_len")}
-        use_cache = cache_dir and settings.get("cache", True)
+        use_cache = cache_dir and settings["cache"]
         self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if use_cache else None
         self.encoded, self.encode_seconds = 0, 0.0
 

@@ -179,8 +179,10 @@ def pad_batch(ids: list[list[int]], pad_id: int, device: torch.device | str = "c
     return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
 
 
-def load_encoder(model_dir: Path, pooler: str = "cls", dropout: float | None = None) -> SentenceEncoder:
+def load_encoder(model_dir: Path, pooler: str | None = None, dropout: float | None = None) -> SentenceEncoder:
+    """The PLM at ``model_dir`` as a sentence encoder (``pooler`` None: the encoder's own, for a
+    job that reads no pooled embedding); ``dropout`` overrides the checkpoint's."""
     from cselab.models.checkpoints import load_backbone
 
     tokenizer, backbone = load_backbone(Path(model_dir), dropout=dropout)
-    return SentenceEncoder(backbone, tokenizer, pooler=pooler)
+    return SentenceEncoder(backbone, tokenizer, **({"pooler": pooler} if pooler else {}))

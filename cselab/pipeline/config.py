@@ -16,7 +16,6 @@ global ``training`` < ``plms.<plm>.training`` < ``methods.<m>.training`` <
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import os
 import re
@@ -24,9 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
-from cselab.errors import ConfigError
+from cselab.errors import ConfigError, check_schema
 from cselab.pipeline import outputs
 from cselab.reporting.tables import TABLE_KINDS
 
@@ -47,41 +44,6 @@ def load_schema() -> dict:
     return schema
 
 
-def _key(path) -> str:
-    return ".".join(str(p) for p in path) or "<top level>"
-
-
-def _explain(error: jsonschema.ValidationError) -> str:
-    """Turn one jsonschema error into a sentence that names the config key."""
-    key = _key(error.absolute_path)
-    if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
-        msgs = []
-        for name in extra:
-            full = f"{key}.{name}" if error.absolute_path else name
-            hint = difflib.get_close_matches(name, allowed, n=1)
-            did = f" (did you mean '{hint[0]}'?)" if hint else ""
-            msgs.append(f"unknown config key '{full}'{did}; valid keys here: {', '.join(allowed)}")
-        if msgs:
-            return "; ".join(msgs)
-    if error.validator == "required":
-        return f"config key '{key}' is missing a required entry: {error.message}"
-    if error.validator == "enum":
-        return f"config key '{key}': {error.instance!r} is not one of {error.validator_value}"
-    if error.validator == "type" and isinstance(error.instance, str):
-        try:
-            float(error.instance)
-            return (f"config key '{key}': {error.instance!r} is a string, expected "
-                    f"{error.validator_value}; YAML reads 3e-5 as text, write 3.0e-5")
-        except ValueError:
-            pass
-    if error.validator == "propertyNames":
-        return (f"config key '{key}': name {error.instance!r} may contain only letters, digits, "
-                f"'.', '_' and '-'")
-    return f"config key '{key}': {error.message}"
-
-
 def validate(config: dict) -> dict:
     """Validate ``config`` against the schema and the method registry; return a resolved deep copy
     (``methods`` tables expanded into their experiments, ``data_dir`` into data paths).
@@ -89,11 +51,7 @@ def validate(config: dict) -> dict:
     Raises :class:`ConfigError` with one message naming the first offending key.
     """
     cfg = copy.deepcopy(dict(config))
-    validator = jsonschema.Draft202012Validator(load_schema())
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
-    if errors:
-        more = f" ({len(errors) - 1} more problem(s) after fixing this one)" if len(errors) > 1 else ""
-        raise ConfigError(_explain(errors[0]) + more)
+    check_schema(cfg, load_schema())
 
     for name, stage in cfg.get("pretraining", {}).items():
         _check_components(cfg, {"objective": stage["method"], "options": stage.get("options", {}), "auxiliaries": {}},
@@ -130,7 +88,7 @@ def validate(config: dict) -> dict:
         _check_figure(cfg, fname, fig)
     for name in cfg["experiments"]:
         training = _merge_experiment(cfg, name)["training"]
-        if training.get("holdout") and training.get("subsampling", "none") != "none":
+        if training["holdout"] and training["subsampling"] != "none":
             raise ConfigError(f"config key 'experiments.{name}.training.holdout': a held-out split and "
                               f"subsampling ({training['subsampling']}) cannot be combined")
     _resolve_data_dir(cfg)
@@ -162,7 +120,7 @@ def _check_figure(cfg: dict, fname: str, fig: dict) -> None:
         problem = kind.check(fig, spec) if kind.check else None
         if problem:
             raise ConfigError(f"config key '{where}': {exp!r} {problem}")
-        if kind.heldout and trained and spec["training"].get("holdout") != fig["holdout"]:
+        if kind.heldout and trained and spec["training"]["holdout"] != fig["holdout"]:
             raise ConfigError(f"config key '{where}': {exp!r} must train without the held-out slice "
                               f"(training.holdout: {fig['holdout']}), or its statistics are on training data")
 
@@ -176,11 +134,7 @@ def _check_kind_options(fname: str, fig: dict, kind) -> None:
     the key), then the kind's defaults filled in."""
     sub = {"type": "object", "additionalProperties": False,
            "properties": {**{k: {} for k in FIGURE_KEYS}, **kind.options}}
-    wrapper = {"type": "object", "properties": {"figures": {"type": "object", "properties": {fname: sub}}}}
-    errors = sorted(jsonschema.Draft202012Validator(wrapper).iter_errors({"figures": {fname: fig}}),
-                    key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
-    if errors:
-        raise ConfigError(_explain(errors[0]) + f" (figure kind {fig['kind']!r})")
+    check_schema(fig, sub, where=f"figures.{fname}", context=f"figure kind {fig['kind']!r}")
     for key, value in kind.defaults().items():
         fig.setdefault(key, value)
 
@@ -390,7 +344,8 @@ def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
                              [{"method": entry["method"], "options": options}], scored=False)
     return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
             "method": stage, "objective": entry["method"], "weight": 1.0, "options": options,
-            "auxiliaries": {}, "signature": entry["method"], "training": training, "seed": entry.get("seed", 42)}
+            "auxiliaries": {}, "signature": entry["method"], "training": training,
+            "seed": entry.get("seed", cfg["seeds"][0])}  # a stage runs once per PLM: the first seed unless its own
 
 
 def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:
@@ -419,8 +374,7 @@ def is_trained(cfg: dict, exp_id: str) -> bool:
 def encoder_settings(cfg: dict) -> dict:
     """The settings that determine an embedding (shared by every evaluator and the cache key)."""
     ev = cfg["evaluation"]
-    settings = {"pooler": ev.get("pooler", "cls"), "max_len": ev.get("max_len", 512),
-                "batch_size": ev.get("batch_size", 128), "cache": ev.get("cache", True)}
+    settings = {key: ev[key] for key in ("pooler", "max_len", "batch_size", "cache")}
     if ev.get("max_tokens"):  # only when set: results evaluated before the setting existed stay valid
         settings["max_tokens"] = ev["max_tokens"]
     return settings
@@ -428,7 +382,7 @@ def encoder_settings(cfg: dict) -> dict:
 
 def tracking_uri(cfg: dict) -> str:
     """``MLFLOW_TRACKING_URI`` wins over the config's ``mlflow.tracking_uri``."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"].get("tracking_uri", outputs.MLFLOW_STORE)
+    return os.environ.get("MLFLOW_TRACKING_URI") or cfg["mlflow"]["tracking_uri"]
 
 
 
@@ -444,7 +398,7 @@ def full_options(spec: dict) -> dict:
     if spec["objective"] == UNTRAINED:
         return {}
     out = {**dataclasses.asdict(method_class(spec["objective"]).check_options(spec["options"])),
-           "weight": spec.get("weight", 1.0)}
+           "weight": spec["weight"]}
     for name, aux in spec.get("auxiliaries", {}).items():
         options = dataclasses.asdict(method_class(name).check_options(aux.get("options", {})))
         out.update({f"{name}.{k}": v for k, v in options.items()}, **{f"{name}.weight": aux["weight"]})
@@ -454,7 +408,7 @@ def full_options(spec: dict) -> dict:
 def corpus_file(spec: dict) -> str:
     """The training file of an experiment: the corpus, its subsampled expansion, or the corpus
     without its held-out slice."""
-    strategy = spec["training"].get("subsampling", "none")
-    if spec["training"].get("holdout"):
-        return outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction=spec["training"]["holdout"])
-    return outputs.CORPUS if strategy in (None, "none") else outputs.path(outputs.SUBSAMPLED, strategy=strategy)
+    strategy, holdout = spec["training"]["subsampling"], spec["training"]["holdout"]
+    if holdout:
+        return outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction=holdout)
+    return outputs.CORPUS if strategy == "none" else outputs.path(outputs.SUBSAMPLED, strategy=strategy)

@@ -47,7 +47,7 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
     for exp_id, files in table_inputs(cfg, name).items():
         spec = experiment_spec(cfg, exp_id)
         trained = spec["seed"] is not None
-        options = {**full_options(spec), "subsampling": spec["training"].get("subsampling", "none")} if trained else {}
+        options = {**full_options(spec), "subsampling": spec["training"]["subsampling"]} if trained else {}
         rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
                      "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files})
     return rows
@@ -57,9 +57,9 @@ def training_setting(cfg: dict, spec: dict) -> dict:
     """An experiment's training setting as a table note compares it with a paper's
     (:data:`cselab.reporting.published.SETTING_KEYS`)."""
     t = spec["training"]
-    out = {"precision": t.get("precision"), "lr": t["lr"], "batch_size": t["batch_size"], "epochs": t["epochs"],
-           "max_steps": t.get("max_steps") or None, "max_len": t["max_len"], "corpus": corpus_label(cfg, spec)}
-    if t.get("subsampling", "none") != "none":
+    out = {"precision": t["precision"], "lr": t["lr"], "batch_size": t["batch_size"], "epochs": t["epochs"],
+           "max_steps": t["max_steps"] or None, "max_len": t["max_len"], "corpus": corpus_label(cfg, spec)}
+    if t["subsampling"] != "none":
         out["segmenter"] = cfg["spans"]["segmenter"]
     return out
 
@@ -71,7 +71,7 @@ def corpus_label(cfg: dict, spec: dict) -> str:
     label = Path(corpus.get("path") or corpus["url"]).name
     if corpus.get("max_lines"):
         label += f", first {corpus['max_lines']:,} lines"
-    if spec["training"].get("holdout"):
+    if spec["training"]["holdout"]:
         label += f", without a {spec['training']['holdout']:g} held-out slice"
     return label
 

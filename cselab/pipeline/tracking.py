@@ -185,7 +185,7 @@ def resolve_tracking(cfg: dict) -> Target:
     """:func:`resolve` for a validated config (``MLFLOW_TRACKING_URI`` wins over the config)."""
     from cselab.pipeline.config import tracking_uri
 
-    return resolve(tracking_uri(cfg), cfg["mlflow"].get("fallback", "none"))
+    return resolve(tracking_uri(cfg), cfg["mlflow"]["fallback"])
 
 
 def resolve_tracking_uri(cfg: dict) -> str:

@@ -41,10 +41,6 @@ from cselab.io import quiet_third_party_loggers
 
 log = logging.getLogger(__name__)
 
-#: default collective timeout: a process that waits this long for the others fails the job
-DEFAULT_TIMEOUT_S = 1800
-
-
 class DistributedError(CselabError):
     """A process of a multi-process training job failed (the message names the rank)."""
 
@@ -68,7 +64,7 @@ def is_main() -> bool:
 # -- inside a training process -------------------------------------------------------------
 
 
-def setup(timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.device | None:
+def setup(timeout_s: float) -> torch.device | None:
     """Join the process group torchrun's environment describes (``RANK``, ``WORLD_SIZE``,
     ``MASTER_ADDR``...); return this process's device, or None when not launched by torchrun.
     NCCL on CUDA (one GPU per local rank), gloo on CPU."""
@@ -244,8 +240,8 @@ def broadcast_object(obj: Any) -> Any:
 # -- starting the processes ------------------------------------------------------------------
 
 
-def launch(entry: str, payload: dict, devices: int = 1, nodes: int = 1, workdir: Path | None = None,
-           timeout_s: float = DEFAULT_TIMEOUT_S, log_file: str | Path | None = None, threads: int | None = None) -> Any:
+def launch(entry: str, payload: dict, devices: int, nodes: int = 1, workdir: Path | None = None, *,
+           timeout_s: float, log_file: str | Path | None = None, threads: int | None = None) -> Any:
     """Run ``entry`` (``"module:function"``, called with ``payload``) on ``devices`` processes
     per node of ``nodes`` nodes and return rank 0's return value.
 
@@ -255,7 +251,8 @@ def launch(entry: str, payload: dict, devices: int = 1, nodes: int = 1, workdir:
     torchrun workers: on one node started from here, on several through ``srun`` in the
     current SLURM allocation. A failure raises :class:`DistributedError` naming the rank.
     Workers log to stderr (prefixed with their rank) and rank 0 also to ``log_file``; each
-    uses ``threads / devices`` CPU threads.
+    uses ``threads / devices`` CPU threads. ``timeout_s``: the collective timeout
+    (``training.dist_timeout_s``), after which a process waiting for the others fails the job.
     """
     if devices * nodes == 1:
         return _resolve(entry)(payload)

@@ -178,8 +178,9 @@ class Trainer:
         corpus attached to it, and the run's length."""
         spec, t = self.spec, self.t
         plm_dir = resolve_model(spec["model"])
-        self.encoder = load_encoder(plm_dir, pooler=t.get("pooler", "cls"), dropout=t.get("dropout")).to(self.dev)
-        padded_because = self.encoder.use_unpadded(t.get("unpadded", True))
+        # a stage whose methods read no pooled embedding has no pooler / unpadded in its spec
+        self.encoder = load_encoder(plm_dir, pooler=t.get("pooler"), dropout=t["dropout"]).to(self.dev)
+        padded_because = self.encoder.use_unpadded(bool(t.get("unpadded")))
         if padded_because:
             log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
         self.objective = build_objective({**spec, "training": t}, self.encoder, artifacts, plm_dir).to(self.dev)
@@ -199,10 +200,10 @@ class Trainer:
         if per_epoch == 0:
             raise DataError(f"training corpus {corpus_path} has {n} sentences, fewer than 2 per batch")
         total = per_epoch * t["epochs"]
-        if t.get("max_steps"):
+        if t["max_steps"]:
             total = min(total, t["max_steps"])
-        last = min(total, t.get("stop_at") or total)  # the last step actually trained
-        accumulate = t.get("accumulation_steps") or 1
+        last = min(total, t["stop_at"] or total)  # the last step actually trained
+        accumulate = t["accumulation_steps"]
         remainder = n % batch_size
         smallest = remainder if remainder >= 2 and last >= per_epoch else batch_size  # the epoch's last batch
         if smallest < 2 * self.world * accumulate:  # a BatchNorm head or an in-batch loss needs 2 rows
@@ -217,14 +218,15 @@ class Trainer:
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.scheduler = linear_schedule(self.optimizer, self.schedule.total, warmup_steps(self.t, self.schedule.total))
         self.generator = torch.Generator().manual_seed(self.spec["seed"])
-        self.precision = Precision(self.t.get("precision", "fp32"), self.dev)
+        self.precision = Precision(self.t["precision"], self.dev)
 
     def process_group(self) -> None:
         """The trained networks as one module; on several processes DistributedDataParallel, with
         BatchNorm over the global batch unless ``batchnorm_stats: per_process``."""
         trainable: nn.Module = Trainable(self.encoder, self.objective)
         if self.world > 1:
-            if self.t.get("batchnorm_stats", "global") == "global":  # the single-process math, on every backend
+            # the single-process math, on every backend (absent: the methods have no BatchNorm head)
+            if self.t.get("batchnorm_stats") == "global":
                 D.global_batchnorm(trainable)
             # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
             # (static_graph), or on every backward where micro-batches skip the gradient sync
@@ -340,7 +342,7 @@ class Trainer:
             window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
                        len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1)
         with record_function("cselab.optimizer"):
-            self.precision.step(self.optimizer, self.params, self.t.get("max_grad_norm"))
+            self.precision.step(self.optimizer, self.params, self.t["max_grad_norm"])
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
@@ -362,8 +364,9 @@ class Trainer:
         ``checkpoint_steps``."""
         t, s, sched = self.t, self.state, self.schedule
         # with torch.compile, a few padded lengths (multiples of 8) instead of every length up to max_len
-        multiple = t.get("pad_to_multiple_of") or (8 if t.get("compile") else 1)
-        eval_steps, log_steps, every = t.get("eval_steps") or 0, t.get("log_steps", 10), t.get("checkpoint_steps") or 0
+        multiple = t["pad_to_multiple_of"] or (8 if t["compile"] else 1)
+        # a pretraining stage is not scored: its spec has no eval_steps / eval_at_end
+        eval_steps, log_steps, every = t.get("eval_steps") or 0, t["log_steps"], t["checkpoint_steps"]
         window = Window.restore(s.window)
         while s.epoch < t["epochs"] and s.step < sched.last:
             if s.order is None:

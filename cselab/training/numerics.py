@@ -54,7 +54,7 @@ def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch
     fused on CUDA (one kernel for all parameters, no host sync), foreach elsewhere."""
     groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
               *objective.param_groups(t["lr"])]
-    decay = t.get("weight_decay", 0.0)
+    decay = t["weight_decay"]
     if decay:
         exempt = {id(p) for module in (encoder, objective) for m in module.modules()
                   for name, p in m.named_parameters(recurse=False)
@@ -67,7 +67,7 @@ def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch
 
 def warmup_steps(t: dict, total: int) -> int:
     """``warmup_steps``, or ``ceil(warmup_ratio * total)`` (the HF Trainer's rounding)."""
-    return t.get("warmup_steps") or math.ceil(t.get("warmup_ratio", 0.0) * total)
+    return t["warmup_steps"] or math.ceil(t["warmup_ratio"] * total)
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:

@@ -29,7 +29,7 @@ def run(smk, experiment_id: str | None = None, params: dict | None = None, label
     from cselab.pipeline.tracking import mlflow_run
 
     mlcfg = smk.config["mlflow"]
-    return mlflow_run(uri=tracking_uri(smk.config), fallback=mlcfg.get("fallback", "none"),
+    return mlflow_run(uri=tracking_uri(smk.config), fallback=mlcfg["fallback"],
                       experiment_name=mlcfg["experiment_name"], rule=smk.rule, experiment_id=experiment_id,
                       params=params, label=label, tags={"snakemake.jobid": getattr(smk, "jobid", "")},
                       source=f"workflow_scripts/{smk.cselab_job}.py", resume=resume)

@@ -37,7 +37,7 @@ def prepare_senteval(smk) -> None:
     with run(smk, params={"senteval": src}) as r:
         manifest = prepare(url=src.get("url"), path=src.get("path"), extract_dir=Path(smk.params.extract_dir),
                            manifest=Path(smk.output.manifest), tasks=smk.params.tasks,
-                           strict_counts=src.get("strict_counts", True), download_dir=Path(smk.params.download_dir))
+                           strict_counts=src["strict_counts"], download_dir=Path(smk.params.download_dir))
         for task, info in manifest["tasks"].items():
             r.log_metrics({f"rows.{task}": sum(f["rows"] for f in info["files"].values())})
         r.log_artifact(smk.output.manifest)

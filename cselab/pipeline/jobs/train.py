@@ -53,12 +53,12 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
     kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
               "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
-    devices, nodes = ops.get("devices", 1), ops.get("nodes", 1)
+    devices, nodes = ops["devices"], ops["nodes"]
     if devices * nodes == 1:
         return train_job(kwargs)
     return distributed.launch("cselab.training.loop:train_job", kwargs, devices=devices, nodes=nodes,
                               workdir=out_dir / "launch",
-                              timeout_s=ops.get("dist_timeout_s", distributed.DEFAULT_TIMEOUT_S),
+                              timeout_s=ops["dist_timeout_s"],
                               log_file=smk.log[0] if smk.log else None, threads=int(smk.threads))
 
 
@@ -80,7 +80,7 @@ def _stsb_dev(senteval: Path):
 
 
 def world_params(ops: dict) -> dict:
-    return {"world_size": ops.get("devices", 1) * ops.get("nodes", 1)}
+    return {"world_size": ops["devices"] * ops["nodes"]}
 
 
 def _summary(result, r, scored: bool) -> dict:
@@ -106,7 +106,7 @@ def train(smk) -> None:
     ops = operational_settings(validate(smk.config), spec["id"])
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
-                        batch_size=ops.get("dev_batch_size", 128))
+                        batch_size=ops["dev_batch_size"])
     with _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r, scored=True),

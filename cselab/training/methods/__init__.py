@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from cselab.data.tokens import TokenizedCorpus
-from cselab.errors import ConfigError
+from cselab.errors import ConfigError, check_schema
 
 _REGISTRY: dict[str, type["Method"]] = {}
 _SCANNED = False
@@ -56,6 +56,26 @@ def method_class(name: str, where: str = "objective") -> type["Method"]:
     if name not in methods:
         raise ConfigError(f"config key '{where}': unknown method {name!r}; valid methods: {', '.join(sorted(methods))}")
     return methods[name]
+
+
+def option(default: Any = None, **schema) -> Any:
+    """A method option: its default and its JSON-schema constraints beyond the type (``enum``,
+    ``minimum``, ``exclusiveMaximum``, ...), declared once and checked by :meth:`Method.check_options`."""
+    return field(default=default, metadata={"schema": schema})
+
+
+#: the bounds of a share of tokens (``option(0.15, **RATIO)``) and of a count of at least one
+RATIO = {"exclusiveMinimum": 0, "exclusiveMaximum": 1}
+POSITIVE = {"minimum": 1}
+
+_JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null"}
+
+
+def _json_type(annotation: str) -> dict:
+    """An option's JSON type from its annotation (``int | None`` -> integer or null)."""
+    names = [part.strip() for part in str(annotation).split("|")]
+    types = [_JSON_TYPES[n] for n in names if n in _JSON_TYPES]
+    return {"type": types[0] if len(types) == 1 else types} if len(types) == len(names) else {}
 
 
 @dataclass
@@ -126,14 +146,19 @@ class Method(nn.Module):
         return out
 
     @classmethod
+    def options_schema(cls) -> dict:
+        """``Options`` as a JSON schema: each field's type from its annotation plus what its
+        :func:`option` declares (enum, bounds); no other keys."""
+        return {"type": "object", "additionalProperties": False,
+                "properties": {f.name: {**_json_type(f.type), **f.metadata.get("schema", {})}
+                               for f in dataclasses.fields(cls.Options)}}
+
+    @classmethod
     def check_options(cls, options: dict, where: str = "options"):
-        """Build ``Options`` from a dict; unknown keys or bad values raise ConfigError naming them."""
+        """Build ``Options`` from a dict, checked against :meth:`options_schema` and then
+        :meth:`validate_options` (rules across options); a problem raises ConfigError naming the key."""
         options = cls.canonical_options(options, where)
-        fields = {f.name for f in dataclasses.fields(cls.Options)}
-        unknown = sorted(set(options) - fields)
-        if unknown:
-            raise ConfigError(f"unknown config key '{where}.{unknown[0]}' for method {cls.name!r}; "
-                              f"valid options: {', '.join(sorted(fields)) or '(none)'}")
+        check_schema(options, cls.options_schema(), where=where, context=f"method {cls.name!r}")
         opts = cls.Options(**options)
         problem = cls.validate_options(opts)
         if problem:
@@ -143,7 +168,8 @@ class Method(nn.Module):
 
     @classmethod
     def validate_options(cls, options) -> tuple[str, str] | None:
-        """Return (key, message) for an invalid option value, or None."""
+        """Rules across options (one option's type and range are declared with :func:`option`):
+        return (key, message) for a violation, or None."""
         return None
 
     #: training settings the method reads (besides the loop's own): its spec holds them; a
@@ -312,7 +338,7 @@ def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] |
 
 def spec_components(spec: dict) -> list[dict]:
     """``[{"method", "weight", "options"}]``: the primary first, then the auxiliaries in order."""
-    primary = {"method": spec["objective"], "weight": spec.get("weight", 1.0), "options": spec["options"]}
+    primary = {"method": spec["objective"], "weight": spec["weight"], "options": spec["options"]}
     return [primary] + [{"method": name, "weight": aux["weight"], "options": aux.get("options", {})}
                         for name, aux in spec.get("auxiliaries", {}).items()]
 

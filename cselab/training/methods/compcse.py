@@ -19,7 +19,7 @@ from cselab.errors import ConfigError
 from cselab.data.tokens import TokenizedCorpus, to_device
 from cselab.models.heads import HEADS, init_linear, make_head
 from cselab.training.losses import info_nce
-from cselab.training.methods import Method, Output, repeat_lengths
+from cselab.training.methods import Method, Output, option, repeat_lengths
 
 AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
 COMPOSE = ("z+", "z", "both")
@@ -132,29 +132,18 @@ class CompCSE(Method):
 
     @dataclasses.dataclass
     class Options:
-        partitions: int = 2
-        aggregation: str = "avg"
-        compose: str = "z+"
-        d0: int | None = None
-        head: str = "mlp"
-        head_placement: str = "after_aggregation"
-        partition_unit: str = "subword"
+        partitions: int = option(2, minimum=2, maximum=4)
+        aggregation: str = option("avg", enum=list(AGGREGATIONS))
+        compose: str = option("z+", enum=list(COMPOSE))
+        d0: int | None = option(None, minimum=1)
+        head: str = option("mlp", enum=list(HEADS))
+        head_placement: str = option("after_aggregation", enum=list(HEAD_PLACEMENT))
+        partition_unit: str = option("subword", enum=list(PARTITION_UNITS))
 
     @classmethod
     def validate_options(cls, o):
-        if not isinstance(o.partitions, int) or not 2 <= o.partitions <= 4:
-            return "partitions", f"must be an integer in 2..4, got {o.partitions!r}"
-        if o.aggregation not in AGGREGATIONS:
-            return "aggregation", f"{o.aggregation!r} is not one of {list(AGGREGATIONS)}"
         if o.aggregation == "concat_absdiff_project" and o.partitions != 2:
             return "aggregation", "concat_absdiff_project is defined for partitions = 2 only"
-        if o.compose not in COMPOSE:
-            return "compose", f"{o.compose!r} is not one of {list(COMPOSE)}"
-        if o.d0 is not None and (not isinstance(o.d0, int) or o.d0 < 1):
-            return "d0", f"must be a positive integer or null, got {o.d0!r}"
-        for key, valid in (("head", HEADS), ("head_placement", HEAD_PLACEMENT), ("partition_unit", PARTITION_UNITS)):
-            if getattr(o, key) not in valid:
-                return key, f"{getattr(o, key)!r} is not one of {list(valid)}"
         return None
 
     def __init__(self, ctx):

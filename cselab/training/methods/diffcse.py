@@ -36,7 +36,7 @@ from torch import nn
 from cselab.errors import ConfigError
 from cselab.training import mlm
 from cselab.training.losses import fp32
-from cselab.training.methods import Method, Output, primary_views
+from cselab.training.methods import POSITIVE, RATIO, Method, Output, option, primary_views
 
 AUGMENTS = ("replace", "insert", "delete", "all")
 
@@ -174,38 +174,22 @@ class Conditioned(Method):
         return tuple(x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
 
 
-def _check_ratios_and_views(o, keys=("mask_ratio", "edit_ratio")) -> tuple[str, str] | None:
-    for key in keys:
-        value = getattr(o, key)
-        if not isinstance(value, (int, float)) or not 0 < value < 1:
-            return key, f"must be in (0, 1), got {value!r}"
-    if hasattr(o, "augment") and o.augment not in AUGMENTS:
-        return "augment", f"{o.augment!r} is not one of {list(AUGMENTS)}"
-    if not isinstance(o.views, int) or o.views < 1:
-        return "views", f"must be a positive integer, got {o.views!r}"
-    return None
-
-
 @dataclasses.dataclass
 class EditOptions:
     """Options of the objectives that edit with a generator."""
 
-    mask_ratio: float = 0.30
+    mask_ratio: float = option(0.30, **RATIO)
     generator: str | None = None
     generator_stage: str = "infocse-pretrain"
-    augment: str = "replace"
-    edit_ratio: float = 0.15
-    views: int = 2
+    augment: str = option("replace", enum=list(AUGMENTS))
+    edit_ratio: float = option(0.15, **RATIO)
+    views: int = option(2, **POSITIVE)
 
 
 class Editing(Conditioned):
     """Base of the objectives that read generator edits (:class:`Editor`) of each view."""
 
     Options = EditOptions
-
-    @classmethod
-    def validate_options(cls, o):
-        return _check_ratios_and_views(o)
 
     @classmethod
     def requires(cls, options):
@@ -265,12 +249,8 @@ class ConditionalMLM(Conditioned):
 
     @dataclasses.dataclass
     class Options:
-        mask_ratio: float = 0.30
-        views: int = 2
-
-    @classmethod
-    def validate_options(cls, o):
-        return _check_ratios_and_views(o, keys=("mask_ratio",))
+        mask_ratio: float = option(0.30, **RATIO)
+        views: int = option(2, **POSITIVE)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -301,7 +281,7 @@ class CorrectiveLM(Editing):
     def validate_options(cls, o):
         if o.augment != "replace":
             return "augment", "the corrective LM recovers replaced tokens: only 'replace'"
-        return _check_ratios_and_views(o)
+        return None
 
     def __init__(self, ctx):
         super().__init__(ctx)

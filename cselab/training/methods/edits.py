@@ -18,7 +18,7 @@ import torch
 from cselab.training import mlm
 from cselab.models.heads import HEADS, make_head
 from cselab.training.losses import info_nce, info_nce_hard_negatives
-from cselab.training.methods import Method, Output, dropout_views
+from cselab.training.methods import RATIO, Method, Output, dropout_views, option
 from cselab.training.methods.diffcse import AUGMENTS, Editor, load_generator
 
 USES = ("positive", "negative")
@@ -38,23 +38,13 @@ class SimCSEEdits(Method):
 
     @dataclasses.dataclass
     class Options:
-        use: str = "negative"
-        augment: str = "replace"
-        mask_ratio: float = 0.15
-        edit_ratio: float = 0.15
+        use: str = option("negative", enum=list(USES))
+        augment: str = option("replace", enum=list(AUGMENTS[:3]))
+        mask_ratio: float = option(0.15, **RATIO)
+        edit_ratio: float = option(0.15, **RATIO)
         generator: str | None = None
         generator_stage: str = "infocse-pretrain"
-        head: str = "mlp"
-
-    @classmethod
-    def validate_options(cls, o):
-        for key, valid in (("use", USES), ("augment", AUGMENTS[:3]), ("head", HEADS)):
-            if getattr(o, key) not in valid:
-                return key, f"{getattr(o, key)!r} is not one of {list(valid)}"
-        for key in ("mask_ratio", "edit_ratio"):
-            if not isinstance(getattr(o, key), (int, float)) or not 0 < getattr(o, key) < 1:
-                return key, f"must be in (0, 1), got {getattr(o, key)!r}"
-        return None
+        head: str = option("mlp", enum=list(HEADS))
 
     @classmethod
     def requires(cls, options):

@@ -35,19 +35,10 @@ import json
 import torch
 
 from cselab.training import mlm
-from cselab.training.methods import Method, Output, primary_views
+from cselab.training.methods import POSITIVE, RATIO, Method, Output, option, primary_views
 
 ARTIFACT = "aux_network"      # the role under which stage 2 receives stage 1's export
 AUX_FILE, AUX_CONFIG = "infocse_aux.pt", "infocse_aux.json"
-
-
-def _check_common(o) -> tuple[str, str] | None:
-    if not isinstance(o.mask_ratio, (int, float)) or not 0 < o.mask_ratio < 1:
-        return "mask_ratio", f"must be in (0, 1), got {o.mask_ratio!r}"
-    if o.lower_layers is not None and (not isinstance(o.lower_layers, int) or o.lower_layers < 1):
-        return "lower_layers", (f"must be a positive number of layers or null (half the backbone), "
-                                f"got {o.lower_layers!r}")
-    return None
 
 
 def _lower(ctx, lower_layers: int | None) -> int:
@@ -96,15 +87,11 @@ class InfoCSEPretrain(Method):
 
     @dataclasses.dataclass
     class Options:
-        mask_ratio: float = 0.15
+        mask_ratio: float = option(0.15, **RATIO)
         whole_word: bool = True
-        lower_layers: int | None = None
-        extra_layers: int = 2
-        mlm_weight: float = 1.0
-
-    @classmethod
-    def validate_options(cls, o):
-        return _check_common(o)
+        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
+        extra_layers: int = option(2, **POSITIVE)
+        mlm_weight: float = option(1.0, minimum=0)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -171,25 +158,18 @@ class InfoCSEMLM(Method):
 
     @dataclasses.dataclass
     class Options:
-        mask_ratio: float = 0.4
+        mask_ratio: float = option(0.4, **RATIO)
         detach: bool = True
         lower_dropout: bool = False
         pretrained: bool = True
         stage: str = "infocse-pretrain"
-        lower_layers: int | None = None
-        extra_layers: int = 2
-        extra_init: str = "top"
-        views: int = 2
+        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
+        extra_layers: int = option(2, **POSITIVE)
+        extra_init: str = option("top", enum=["top", "random"])
+        views: int = option(2, **POSITIVE)
 
     @classmethod
     def validate_options(cls, o):
-        problem = _check_common(o)
-        if problem:
-            return problem
-        if o.extra_init not in ("top", "random"):
-            return "extra_init", f"must be 'top' or 'random', got {o.extra_init!r}"
-        if not isinstance(o.views, int) or o.views < 1:
-            return "views", f"must be a positive integer, got {o.views!r}"
         if o.lower_dropout and not o.detach:
             return "lower_dropout", "applies to the frozen copy (detach: true); without detach the copy trains"
         return None

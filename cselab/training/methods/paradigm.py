@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from cselab.training import losses as L
 from cselab.models.heads import HEADS, make_head
-from cselab.training.methods import Method, Output, dropout_views
+from cselab.training.methods import Method, Output, dropout_views, option
 
 CONTRASTIVE = ("infonce", "arccon", "mpt", "met", "mat")
 NON_CONTRASTIVE = ("barlowtwins", "vicreg", "mhe", "mhs")
@@ -50,20 +50,20 @@ class Paradigm(Method):
 
     @dataclasses.dataclass
     class Options:
-        loss: str = "paradigm"
-        margin: float | None = None
+        loss: str = option("paradigm", enum=list(LOSSES))
+        margin: float | None = option(None, minimum=0)
         gd: bool | None = None
         w: bool = False
         r: bool = False
-        m: float = 0.30
-        tau: float = 0.05
-        power: int | None = None
-        ratio: float = 1.0
-        lam: float | None = None
-        gd_reference: str = "same_view"
-        positive: str = "both"
-        head: str = "linear"
-        head_std: float = 6e-3
+        m: float = option(0.30, minimum=0)
+        tau: float = option(0.05, exclusiveMinimum=0)  # the weight temperature
+        power: int | None = option(None, minimum=0)
+        ratio: float = option(1.0, exclusiveMinimum=0)  # R scales the pull towards the positive
+        lam: float | None = option(None, minimum=0)
+        gd_reference: str = option("same_view", enum=list(GD_REFERENCES))
+        positive: str = option("both", enum=list(POSITIVES))
+        head: str = option("linear", enum=list(HEADS))
+        head_std: float = option(6e-3, exclusiveMinimum=0)
         freeze_embeddings: bool = False
 
         def __post_init__(self):
@@ -72,28 +72,9 @@ class Paradigm(Method):
 
     @classmethod
     def validate_options(cls, o):
-        if o.loss not in LOSSES:
-            return "loss", f"unknown loss {o.loss!r}; valid losses: {', '.join(LOSSES)}"
         if o.loss in CONTRASTIVE and (o.gd or o.w or o.r):
             return "loss", (f"{o.loss} is an effective loss: gd / w / r modify the paradigm loss and the "
                             f"non-contrastive losses ({', '.join(NON_CONTRASTIVE)}) only")
-        for key in ("margin", "m"):
-            value = getattr(o, key)
-            if value is not None and (not isinstance(value, (int, float)) or value < 0):
-                return key, f"must be a number >= 0 (a margin), got {value!r}"
-        if not isinstance(o.ratio, (int, float)) or o.ratio <= 0:
-            return "ratio", f"must be a number > 0 (R scales the pull towards the positive), got {o.ratio!r}"
-        if not isinstance(o.tau, (int, float)) or o.tau <= 0:
-            return "tau", f"the weight temperature must be > 0, got {o.tau!r}"
-        if o.lam is not None and (not isinstance(o.lam, (int, float)) or o.lam < 0):
-            return "lam", f"must be a number >= 0, got {o.lam!r}"
-        if o.power is not None and (not isinstance(o.power, int) or o.power < 0):
-            return "power", f"must be an integer >= 0 or null, got {o.power!r}"
-        for key, valid in (("gd_reference", GD_REFERENCES), ("positive", POSITIVES), ("head", HEADS)):
-            if getattr(o, key) not in valid:
-                return key, f"{getattr(o, key)!r} is not one of {list(valid)}"
-        if not isinstance(o.head_std, (int, float)) or o.head_std <= 0:
-            return "head_std", f"must be > 0, got {o.head_std!r}"
         return None
 
     def __init__(self, ctx):

@@ -7,7 +7,7 @@ import dataclasses
 
 from cselab.models.heads import HEADS, make_head
 from cselab.training.losses import info_nce
-from cselab.training.methods import Method, Output, dropout_views
+from cselab.training.methods import Method, Output, dropout_views, option
 
 
 class SimCSE(Method):
@@ -24,13 +24,7 @@ class SimCSE(Method):
 
     @dataclasses.dataclass
     class Options:
-        head: str = "mlp"
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.head not in HEADS:
-            return "head", f"{o.head!r} is not one of {list(HEADS)}"
-        return None
+        head: str = option("mlp", enum=list(HEADS))
 
     def __init__(self, ctx):
         super().__init__(ctx)
