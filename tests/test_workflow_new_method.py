@@ -119,28 +119,26 @@ class Toy(Method):
 '''
 
 
-@pytest.fixture
-def toy_module():
-    path = METHODS_DIR / MODULE
-    path.write_text(TOY)
+def dropped_in(folder: Path, module: str, text: str):
+    """``text`` as the module ``module`` of a scanned package folder, removed afterwards."""
+    path = folder / module
+    path.write_text(text)
     try:
         yield path
     finally:
         path.unlink(missing_ok=True)
-        for cache in (METHODS_DIR / "__pycache__").glob("toy_contract_test*"):
+        for cache in (folder / "__pycache__").glob(f"{path.stem}*"):
             cache.unlink()
+
+
+@pytest.fixture
+def toy_module():
+    yield from dropped_in(METHODS_DIR, MODULE, TOY)
 
 
 @pytest.fixture
 def toy_figure_module():
-    path = FIGURES_DIR / FIGURE_MODULE
-    path.write_text(TOY_FIGURE)
-    try:
-        yield path
-    finally:
-        path.unlink(missing_ok=True)
-        for cache in (FIGURES_DIR / "__pycache__").glob("toy_figure_test*"):
-            cache.unlink()
+    yield from dropped_in(FIGURES_DIR, FIGURE_MODULE, TOY_FIGURE)
 
 
 def train_runs(workdir: Path) -> list:

@@ -32,6 +32,17 @@ def save_figure(fig: Figure, df: pd.DataFrame, out_png: str | Path, out_csv: str
     return df
 
 
+def label_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend: bool = True) -> None:
+    """A one-panel figure's axis labels, legend and optional title, laid out."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if legend:
+        ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.figure.tight_layout()
+
+
 def curve_rows(curves: Mapping[str, pd.DataFrame], columns: Sequence[str], max_step: int,
                 what: str) -> pd.DataFrame:
     """Long table ``label, step, *columns`` of the measured steps <= ``max_step`` of each curve."""
@@ -62,11 +73,6 @@ def figure_loss_terms(curve: pd.DataFrame, out_png: str | Path, title: str | Non
     ax = fig.add_subplot(1, 1, 1)
     for col in columns:
         ax.plot(rows["step"], rows[col], label=col)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    label_axes(ax, "step", "loss", title)
     with open_atomic(out_png, "wb") as fh:
         fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cselab.reporting.figures import save_figure
+from cselab.reporting.figures import label_axes, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 #: the five rating groups of DiffCSE Figure 2: [0, 1), [1, 2), [2, 3), [3, 4), [4, 5]
@@ -45,12 +45,7 @@ def figure_similarity_by_rating(sims: Mapping[str, tuple[np.ndarray, np.ndarray]
             patch.set_alpha(0.6)
         ax.plot([], [], color=f"C{k}", lw=6, alpha=0.6, label=label)
     ax.set_xticks(range(len(RATING_GROUPS)), RATING_GROUPS)
-    ax.set_xlabel("human rating (STS-B test)")
-    ax.set_ylabel("cosine similarity")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    label_axes(ax, "human rating (STS-B test)", "cosine similarity", title)
     return save_figure(fig, df, out_png, out_csv)
 
 

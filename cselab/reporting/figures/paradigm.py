@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cselab.reporting.figures import save_figure
+from cselab.reporting.figures import label_axes, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 N_NEGATIVES = 127
@@ -150,12 +150,7 @@ def figure_weight(out_png, out_csv, title=None, temperatures: Sequence[float] = 
     ax = fig.add_subplot(1, 1, 1)
     for tau, rows in df.groupby("tau", sort=False):
         ax.plot(rows["mu_neg_pi"], rows["hardest_share"], label=f"tau = {tau:g}")
-    ax.set_xlabel("mu_neg (x pi)")
-    ax.set_ylabel("share of the hardest negative in W")
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    label_axes(ax, "mu_neg (x pi)", "share of the hardest negative in W", title)
     return save_figure(fig, df, out_png, out_csv)
 
 
@@ -171,11 +166,7 @@ def figure_sweep(results: Mapping[float, float], parameter: str, out_png, out_cs
     fig = Figure(figsize=(4.5, 3.4))
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(df[parameter], df["stsb_dev_spearman"], "-o", ms=4)
-    ax.set_xlabel(parameter)
-    ax.set_ylabel("STS-B dev Spearman x100")
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    label_axes(ax, parameter, "STS-B dev Spearman x100", title, legend=False)
     return save_figure(fig, df, out_png, out_csv)
 
 
