@@ -168,6 +168,21 @@ def make_tiny_bert(out: Path, seed: int = 0) -> Path:
     return out
 
 
+def make_tiny_generator(out: Path, tiny_bert: Path, seed: int = 3) -> Path:
+    """A tiny masked LM with the tiny BERT's vocabulary (a Hugging Face BertForMaskedLM folder):
+    DiffCSE's generator in tests."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    BertForMaskedLM(AutoConfig.from_pretrained(tiny_bert)).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_bert / name, out / name)
+    return out
+
+
 def make_transfer(base: Path, n: int = 40, seed: int = 0) -> Path:
     """Synthetic SentEval transfer-task files (same formats as the real ones) under ``base``.
 

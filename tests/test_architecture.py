@@ -86,3 +86,12 @@ def test_settings_are_read_by_key_with_no_default_of_their_own():
                     and not (isinstance(node.args[1], ast.Constant) and node.args[1].value is None)):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} .get({node.args[0].value!r}, ...)")
     assert not found, found
+
+
+def test_methods_run_the_encoder_through_their_context():
+    """A method encodes through ``ctx.encode`` / ``ctx.run`` (keyed dropout, gradient caching:
+    cselab/training/chunks.py), never by calling ``ctx.encoder`` itself: a direct call would draw
+    torch's own dropout and escape chunk_size's memory bound."""
+    direct = [f"{path.name}:{n}" for path in sorted((PACKAGE / "training" / "methods").glob("*.py"))
+              for n, line in enumerate(path.read_text().splitlines(), 1) if "ctx.encoder(" in line]
+    assert not direct, f"call ctx.encode / ctx.run instead: {direct}"

@@ -100,6 +100,12 @@ def test_seeds_expand_ids(smoke):
     ({"seeds": []}, r"config key 'seeds'"),
     ({"spans": {"batch_size": 0}}, r"config key 'spans\.batch_size': must be an integer >= 1, got 0"),
     ({"spans": {"split_adjuncts": "yes"}}, r"config key 'spans\.split_adjuncts': 'yes' is not of type 'boolean'"),
+    ({"training": {"chunk_size": 0}}, r"config key 'training\.chunk_size': must be an integer >= 1 or null, got 0"),
+    ({"training": {"chunk_size": 64, "keyed_dropout": False}},
+     r"config key 'training\.chunk_size': gradient caching replays dropout keyed by row; set "
+     r"training\.keyed_dropout: true or chunk_size: null"),
+    ({"experiments": {"simcse-minilm": {"training": {"chunk_size": 8, "keyed_dropout": False}}}},
+     r"'experiments\.simcse-minilm\.training\.chunk_size': gradient caching replays dropout keyed by row"),
 ])
 def test_bad_values_name_the_key(smoke, patch, message):
     with pytest.raises(ConfigError, match=message):
@@ -220,7 +226,8 @@ def test_unpadded_forward_is_part_of_the_experiment(smoke):
 # a value other than every shipped config's for each setting a job's spec must not hold
 OTHER_VALUE = {"checkpoint_steps": 7, "compile": True, "pad_to_multiple_of": 16, "devices": 4, "nodes": 2,
                "dist_timeout_s": 60, "log_steps": 3, "dev_batch_size": 7, "eval_steps": 11, "eval_at_end": True,
-               "temperature": 0.07, "pooler": "avg", "unpadded": False, "batchnorm_stats": "per_process"}
+               "temperature": 0.07, "pooler": "avg", "unpadded": False, "batchnorm_stats": "per_process",
+               "chunk_size": 64}
 
 
 def _plan(cfg: dict) -> tuple[dict, dict]:

@@ -2,8 +2,6 @@
 insert, delete), the discriminator conditioned on the sentence vector through its embedding
 module, the loss over every position, and where the gradient goes."""
 
-import shutil
-
 import pytest
 import torch
 
@@ -11,6 +9,7 @@ from cselab.errors import ConfigError, ModelError
 from cselab.models.encoder import load_encoder
 from cselab.training.methods import build_objective
 from cselab.training.methods.diffcse import RTD
+from tests.helpers import make_tiny_generator, training_defaults
 
 SENTENCES = ["a man plays a guitar on the street .", "the dog runs fast in the park .",
              "it rains all day in the city .", "two women are talking about the weather ."]
@@ -18,20 +17,12 @@ SENTENCES = ["a man plays a guitar on the street .", "the dog runs fast in the p
 
 @pytest.fixture(scope="module")
 def generator(tiny_bert, tmp_path_factory):
-    """A tiny masked LM with the tiny BERT's vocabulary (a Hugging Face BertForMaskedLM folder)."""
-    from transformers import AutoConfig, BertForMaskedLM
-
-    out = tmp_path_factory.mktemp("generator")
-    torch.manual_seed(3)
-    BertForMaskedLM(AutoConfig.from_pretrained(tiny_bert)).save_pretrained(out)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_bert / name, out / name)
-    return out
+    return make_tiny_generator(tmp_path_factory.mktemp("generator"), tiny_bert)
 
 
 def build(tiny_bert, generator, **options):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": training_defaults(),
             "auxiliaries": {"rtd": {"weight": 1.0, "options": {"generator": str(generator), **options}}}}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     objective.train()
@@ -199,7 +190,7 @@ def test_training_losses_do_not_depend_on_pad_to_multiple_of(tiny_bert, generato
 
 def build_aux(tiny_bert, name, **options):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": training_defaults(),
             "auxiliaries": {name: {"weight": 1.0, "options": options}}}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     objective.train()
@@ -249,7 +240,7 @@ def test_edits_as_extra_positives_or_negatives(tiny_bert, generator, use, augmen
     from cselab.training.losses import info_nce, info_nce_hard_negatives
 
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse_edits", "weight": 1.0, "training": {"temperature": 0.05}, "auxiliaries": {},
+    spec = {"objective": "simcse_edits", "weight": 1.0, "training": training_defaults(), "auxiliaries": {},
             "options": {"use": use, "augment": augment, "generator": str(generator)}}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     objective.train()

@@ -10,6 +10,7 @@ from cselab.training import mlm
 from cselab.models.encoder import load_encoder
 from cselab.training.methods import build_objective
 from cselab.training.methods.infocse import AUX_CONFIG, AUX_FILE, InfoCSEMLM
+from tests.helpers import training_defaults
 
 SENTENCES = ["a man plays a guitar on the street .", "the dog runs fast in the park .",
              "it rains all day in the city .", "two women are talking about the weather ."]
@@ -41,13 +42,17 @@ def test_aux_input_is_h_then_the_lower_states(tiny_encoder):
     attn = torch.ones(n, t, dtype=torch.long)
     labels = torch.full((n, t), mlm.IGNORE)
     labels[:, 2] = 1000
-    base = aux.loss(h, lower, attn, labels)
+
+    def loss(h, lower, labels):
+        return mlm.mlm_loss(aux.head, aux.hidden(h, lower, attn), labels)
+
+    base = loss(h, lower, labels)
     changed_pos0 = lower.clone()
     changed_pos0[:, 0] += 5.0  # position 0 of the lower states is replaced by h: no effect
-    assert aux.loss(h, changed_pos0, attn, labels).item() == pytest.approx(base.item())
-    assert aux.loss(h + 1.0, lower, attn, labels).item() != pytest.approx(base.item())
+    assert loss(h, changed_pos0, labels).item() == pytest.approx(base.item())
+    assert loss(h + 1.0, lower, labels).item() != pytest.approx(base.item())
     none = torch.full((n, t), mlm.IGNORE)
-    zero = aux.loss(h.requires_grad_(), lower, attn, none)
+    zero = loss(h.requires_grad_(), lower, none)
     assert zero.item() == 0.0
     zero.backward()  # a batch without a masked token still backpropagates
 
@@ -55,13 +60,13 @@ def test_aux_input_is_h_then_the_lower_states(tiny_encoder):
 def stage_one(tiny_bert):
     encoder = load_encoder(tiny_bert)
     spec = {"objective": "infocse_pretrain", "weight": 1.0, "options": {}, "auxiliaries": {},
-            "training": {"temperature": 0.05}}
+            "training": training_defaults()}
     return encoder, build_objective(spec, encoder, {}, tiny_bert)
 
 
 def stage_two(tiny_bert, stage_dir, **options):
     encoder = load_encoder(tiny_bert)
-    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": {"temperature": 0.05},
+    spec = {"objective": "simcse", "weight": 1.0, "options": {"head": "batchnorm"}, "training": training_defaults(),
             "auxiliaries": {"infocse_mlm": {"weight": 1.0, "options": options}}}
     artifacts = {"aux_network": stage_dir} if stage_dir else {}
     return encoder, build_objective(spec, encoder, artifacts, tiny_bert)
@@ -164,13 +169,13 @@ def test_stage_one_is_one_masked_forward_and_h_is_its_cls(tiny_bert):
     calls, seen = [], {}
     encoder.backbone.register_forward_hook(lambda m, args, kwargs, out: calls.append(kwargs["input_ids"]),
                                            with_kwargs=True)
-    real_loss = stage.aux.loss
+    real_hidden = stage.aux.hidden
 
-    def spy(h, lower, mask, labels):
+    def spy(h, lower, mask):
         seen.update(h=h, lower=lower)
-        return real_loss(h, lower, mask, labels)
+        return real_hidden(h, lower, mask)
 
-    stage.aux.loss = spy
+    stage.aux.hidden = spy
     objective.eval()  # no dropout: the reference forward below is the same computation
     batch = objective.prepare(encoder.pad(encoder.tokenize(SENTENCES, 32)))
     objective(batch)

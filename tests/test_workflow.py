@@ -200,6 +200,10 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
                                     "eval_steps": 4, "log_steps": 2, "devices": 2, "nodes": 1,
                                     "dist_timeout_s": 600})
     assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
+    # And gradient caching: the same experiment ids, nothing to rebuild.
+    write_config(workdir, training={"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4,
+                                    "eval_steps": 4, "log_steps": 2, "chunk_size": 4})
+    assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
     write_config(workdir)
 
 

@@ -12,9 +12,10 @@ sentence only: the pooled vector does not depend on the other positions' last-la
 The weights are the Hugging Face modules' own (``backbone.encoder.layer[i]...``): nothing is
 copied, the state dict and the saved model are unchanged, and the padded forward stays
 available (``training.unpadded: false``). The outputs agree with Hugging Face's to float
-rounding; with dropout on, the masks are drawn over ``[T, H]`` instead of ``[B, L, H]`` (the
-same distribution, a different random stream), which is why the choice is part of an
-experiment's spec.
+rounding. With dropout keyed by row (:mod:`cselab.models.keyed`, the training loop's) the masks
+are those of the padded forward, element for element; with torch's own stream they are drawn
+over ``[T, H]`` instead of ``[B, L, H]`` (the same distribution, another stream), which is why
+the choice is part of an experiment's spec.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cselab.data.tokens import to_device
+from cselab.models import keyed
 
 
 def unsupported(backbone: nn.Module) -> str | None:
@@ -78,6 +80,10 @@ class Packing:
         """The sentence of every packed token ``[T]``."""
         return torch.div(self.index, self.length, rounding_mode="floor")
 
+    def positions(self) -> torch.Tensor:
+        """The position of every packed token in its sentence ``[T]``."""
+        return self.index % self.length
+
 
 def _embed(backbone: nn.Module, input_ids: torch.Tensor, packing: Packing) -> torch.Tensor:
     emb = backbone.embeddings
@@ -95,7 +101,6 @@ def _layer(layer: nn.Module, x: torch.Tensor, packing: Packing, first_only: bool
     token of each sentence ``[B, H]``."""
     sa = layer.attention.self
     heads, size = sa.num_attention_heads, sa.attention_head_size
-    dropout = sa.dropout.p if sa.training else 0.0
     b, n = packing.batch, packing.length
     if first_only:  # keys and values of every token, the query of the first token only
         kv = F.linear(x, torch.cat([sa.key.weight, sa.value.weight]), torch.cat([sa.key.bias, sa.value.bias]))
@@ -107,13 +112,27 @@ def _layer(layer: nn.Module, x: torch.Tensor, packing: Packing, first_only: bool
                        torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]))
         q, k, v = packing.pad(qkv).view(b, n, 3, heads, size).transpose(1, 3).unbind(2)
         residual = x
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=packing.keys, dropout_p=dropout,
-                                             scale=getattr(sa, "scaling", None))
-    context = context.transpose(1, 2).reshape(-1, heads * size)
+    context = _attention(sa, q, k, v, packing.keys).transpose(1, 2).reshape(-1, heads * size)
     if not first_only:
         context = context.index_select(0, packing.index)
-    hidden = layer.attention.output(context, residual)
-    return layer.output(layer.intermediate(hidden), hidden)
+        hidden = layer.attention.output(context, residual)
+        return layer.output(layer.intermediate(hidden), hidden)
+    first = torch.arange(b, device=x.device)
+    with keyed.tokens(first, torch.zeros_like(first)):  # the first token of each sentence
+        hidden = layer.attention.output(context, residual)
+        return layer.output(layer.intermediate(hidden), hidden)
+
+
+def _attention(sa: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Scaled dot-product attention over the real keys; the probabilities' dropout is PyTorch's
+    fused one, or, under keyed dropout, the module's own on the explicit probabilities."""
+    p = sa.dropout.p if sa.training else 0.0
+    scale = getattr(sa, "scaling", None)
+    if not p or keyed.active() is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keys, dropout_p=p, scale=scale)
+    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.size(-1) ** -0.5)
+    scores = scores.masked_fill(~keys, torch.finfo(scores.dtype).min)
+    return sa.dropout(F.softmax(scores, dim=-1)) @ v
 
 
 def pooled(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -123,10 +142,11 @@ def pooled(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.T
     :meth:`SentenceEncoder.pool` computes them from Hugging Face's padded forward.
     ``lengths``: the rows' real lengths on the CPU, if known (see :class:`Packing`)."""
     packing = Packing(attention_mask, lengths)
-    x = _embed(backbone, input_ids, packing)
     layers = backbone.encoder.layer
-    for i, layer in enumerate(layers):
-        x = _layer(layer, x, packing, first_only=pooler == "cls" and i == len(layers) - 1)
+    with keyed.tokens(packing.rows(), packing.positions()):
+        x = _embed(backbone, input_ids, packing)
+        for i, layer in enumerate(layers):
+            x = _layer(layer, x, packing, first_only=pooler == "cls" and i == len(layers) - 1)
     if pooler == "cls":
         return x
     sums = x.new_zeros(packing.batch, x.shape[-1]).index_add(0, packing.rows(), x)

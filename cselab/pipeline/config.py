@@ -86,13 +86,23 @@ def validate(config: dict) -> dict:
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
         _check_figure(cfg, fname, fig)
+    _check_training(cfg["training"], "training")  # the shared settings first: named where they are written
     for name in cfg["experiments"]:
-        training = _merge_experiment(cfg, name)["training"]
-        if training["holdout"] and training["subsampling"] != "none":
-            raise ConfigError(f"config key 'experiments.{name}.training.holdout': a held-out split and "
-                              f"subsampling ({training['subsampling']}) cannot be combined")
+        _check_training(_merge_experiment(cfg, name)["training"], f"experiments.{name}.training")
+    for name, stage in cfg.get("pretraining", {}).items():
+        _check_training({**cfg["training"], **stage.get("training", {})}, f"pretraining.{name}.training")
     _resolve_data_dir(cfg)
     return cfg
+
+
+def _check_training(training: dict, where: str) -> None:
+    """Rules across a job's merged training settings."""
+    if training["holdout"] and training["subsampling"] != "none":
+        raise ConfigError(f"config key '{where}.holdout': a held-out split and subsampling "
+                          f"({training['subsampling']}) cannot be combined")
+    if training["chunk_size"] and not training["keyed_dropout"]:
+        raise ConfigError(f"config key '{where}.chunk_size': gradient caching replays dropout keyed by row; "
+                          f"set training.keyed_dropout: true or chunk_size: null")
 
 
 def _check_figure(cfg: dict, fname: str, fig: dict) -> None:
@@ -301,7 +311,7 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 #   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
 # - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
 OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
-               "log_steps", "dev_batch_size")
+               "log_steps", "dev_batch_size", "chunk_size")
 USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")
 SCORING = ("eval_steps", "eval_at_end")
 

@@ -105,6 +105,31 @@ def shard(index: torch.Tensor) -> torch.Tensor:
     return parts[rank()]
 
 
+def shard_offset() -> int:
+    """Where this process's slice (the last :func:`shard`) starts in the global batch."""
+    return sum(_SIZES[:rank()]) if is_distributed() and _SIZES else 0
+
+
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Average the gradients over processes, in one collective (what DistributedDataParallel
+    does, for a step whose backward runs in several passes: gradient caching)."""
+    if not is_distributed():
+        return
+    grads = [p.grad for p in params if p.grad is not None]  # the same parameters on every process
+    if grads:
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= world_size()
+        _unflatten(flat, grads)
+
+
+def _unflatten(flat: torch.Tensor, grads: list[torch.Tensor]) -> None:
+    start = 0
+    for g in grads:
+        g.copy_(flat[start:start + g.numel()].view_as(g))
+        start += g.numel()
+
+
 def gather(x: torch.Tensor) -> torch.Tensor:
     """The rows of ``x`` (one per sentence of this process's shard) from every process, in rank
     order (the global batch's order), with this process's own rows being ``x`` itself so that

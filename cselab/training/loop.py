@@ -228,6 +228,9 @@ class Trainer:
             # the single-process math, on every backend (absent: the methods have no BatchNorm head)
             if self.t.get("batchnorm_stats") == "global":
                 D.global_batchnorm(trainable)
+            if self.objective.runner.chunk_size:  # a backward in several passes: gradients averaged after them
+                self.trainable = trainable
+                return
             # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
             # (static_graph), or on every backward where micro-batches skip the gradient sync
             # (no_sync does not combine with static_graph)
@@ -321,8 +324,9 @@ class Trainer:
 
     def step(self, index: torch.Tensor, window: Window, multiple: int) -> None:
         """One optimizer step on the global batch ``index``: each micro-batch prepared, forward
-        in the run's precision, backward; gradients averaged over processes once."""
-        accumulate, world = self.schedule.accumulate, self.world
+        in the run's precision, backward (with gradient caching: in passes, :mod:`chunks`);
+        gradients averaged over processes once."""
+        accumulate, world, runner = self.schedule.accumulate, self.world, self.objective.runner
         micro = torch.tensor_split(index, accumulate)
         pad_id = self.encoder.tokenizer.pad_token_id
         for m, micro_index in enumerate(micro):
@@ -333,14 +337,17 @@ class Trainer:
                          "lengths": self.corpus.lengths[local]}
             with record_function("cselab.prepare"), torch.no_grad():
                 batch = self.objective.prepare(batch)
-            sync = contextlib.nullcontext() if world == 1 or m == len(micro) - 1 else self.trainable.no_sync()
-            with sync:
+            runner.begin(len(local), D.shard_offset())
+            last = world == 1 or m == len(micro) - 1 or not hasattr(self.trainable, "no_sync")
+            with contextlib.nullcontext() if last else self.trainable.no_sync():
                 with record_function("cselab.forward"), self.precision.autocast():
                     loss, terms, scalars = self.trainable(batch)
-                with record_function("cselab.backward"):
-                    self.precision.backward(loss / accumulate if accumulate > 1 else loss)
+                with record_function("cselab.backward"), self.precision.autocast():  # replayed chunks: autocast
+                    runner.backward(loss / accumulate if accumulate > 1 else loss, self.precision.backward)
             window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
                        len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1)
+        if not isinstance(self.trainable, nn.parallel.DistributedDataParallel):
+            D.average_gradients(self.params)  # gradient caching on several processes (no DDP)
         with record_function("cselab.optimizer"):
             self.precision.step(self.optimizer, self.params, self.t["max_grad_norm"])
             self.scheduler.step()

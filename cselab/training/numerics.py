@@ -36,8 +36,8 @@ class Precision:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self.scaler.scale(loss).backward()
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> None:
+        self.scaler.scale(loss).backward(retain_graph=retain_graph)
 
     def step(self, optimizer: torch.optim.Optimizer, params: list, max_grad_norm: float | None) -> None:
         """Unscale, clip, step (skipped by the scaler when fp16 gradients overflowed), update."""

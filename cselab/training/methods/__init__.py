@@ -36,6 +36,8 @@ from torch import nn
 
 from cselab.data.tokens import TokenizedCorpus
 from cselab.errors import ConfigError, check_schema
+from cselab.models import keyed
+from cselab.training.chunks import Runner
 
 _REGISTRY: dict[str, type["Method"]] = {}
 _SCANNED = False
@@ -87,6 +89,19 @@ class Context:
     training: dict                     # the experiment's training settings
     artifacts: dict[str, Path] = field(default_factory=dict)  # declared upstream artifacts
     model_dir: Path | None = None      # the PLM's local folder (for a second copy of it)
+    runner: Runner = field(default_factory=Runner)  # the step's network runs (keyed dropout, chunks)
+
+    def run(self, fn: Callable, *inputs: Any, **kwargs) -> Any:
+        """A network run over rows (``inputs`` with one row per leading index): every run of a
+        method's trained networks goes through here, so its dropout is keyed by row and a
+        large batch can be cached in chunks (:mod:`cselab.training.chunks`). ``fn`` returns one
+        row per input row, or a sum over its rows as one row."""
+        return self.runner.run(fn, *inputs, **kwargs)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder's pooled embeddings of these rows, as a run (:meth:`run`)."""
+        return self.runner.run(self.encoder, input_ids, attention_mask, lengths)
 
     @property
     def tokenizer(self):
@@ -252,8 +267,9 @@ class Objective(nn.Module):
     as prefix), and so is ``total``.
     """
 
-    def __init__(self, components: list[tuple[str, float, Method]]):
+    def __init__(self, components: list[tuple[str, float, Method]], runner: Runner | None = None):
         super().__init__()
+        self.runner = runner or Runner()
         self.names = [name for name, _, _ in components]
         self.weights = [float(w) for _, w, _ in components]
         self.components = nn.ModuleList(m for _, _, m in components)
@@ -294,13 +310,13 @@ class Objective(nn.Module):
         return total, terms, scalars
 
 
-def dropout_views(encoder: nn.Module, head: nn.Module, batch: dict, shared: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def dropout_views(ctx: Context, head: nn.Module, batch: dict, shared: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Unsupervised SimCSE's positives: the batch encoded twice in one pass (dropout differs per
     row), through ``head``; returns the two views and publishes them in ``shared`` (``input_ids``
     and ``attention_mask`` of both views, ``pooled`` before the head, ``projected`` after it)."""
     n = batch["input_ids"].size(0)
     ids, mask = batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)
-    pooled = encoder(ids, mask, lengths=repeat_lengths(batch.get("lengths"), 2))
+    pooled = ctx.encode(ids, mask, repeat_lengths(batch.get("lengths"), 2))
     z = head(pooled)
     shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z)
     return z[:n], z[n:]
@@ -327,13 +343,20 @@ def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] |
                     model_dir: Path | None = None) -> Objective:
     """The objective of an experiment ``spec`` (see :func:`cselab.pipeline.config.experiment_spec`)."""
     components = []
+    runner = Runner(spec["training"]["chunk_size"], keyed=spec["training"]["keyed_dropout"])
     for entry in spec_components(spec):
         cls = method_class(entry["method"])
         options = cls.check_options(entry["options"])
         own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
-        ctx = Context(encoder=encoder, options=options, training=spec["training"], artifacts=own, model_dir=model_dir)
+        ctx = Context(encoder=encoder, options=options, training=spec["training"], artifacts=own, model_dir=model_dir,
+                      runner=runner)
         components.append((entry["method"], entry["weight"], cls(ctx)))
-    return Objective(components)
+    objective = Objective(components, runner)
+    keyed.install(encoder, "encoder")  # every trained network's dropout keyed by row (inactive outside a step)
+    keyed.install(objective, "objective")
+    for name, module in objective.frozen().items():
+        keyed.install(module, f"frozen/{name}")
+    return objective
 
 
 def spec_components(spec: dict) -> list[dict]:

@@ -187,7 +187,7 @@ class CompCSE(Method):
         ids, mask = batch["parts_input_ids"], batch["parts_attention_mask"]
         if copies > 1:
             ids, mask = ids.repeat(copies, 1), mask.repeat(copies, 1)
-        parts = self.ctx.encoder(ids, mask, lengths=repeat_lengths(batch.get("parts_lengths"), copies))
+        parts = self.ctx.encode(ids, mask, repeat_lengths(batch.get("parts_lengths"), copies))
         parts = parts.view(copies, k, n, -1)
         if self.options.head_placement == "per_part":
             return [self.aggregate(self.head(parts[c].reshape(k * n, -1)).view(k, n, -1)) for c in range(copies)]
@@ -198,7 +198,7 @@ class CompCSE(Method):
         if mode == "both":
             anchor, positive = self.compose(batch, copies=2)
         else:
-            pooled = self.ctx.encoder(batch["input_ids"], batch["attention_mask"], lengths=batch.get("lengths"))
+            pooled = self.ctx.encode(batch["input_ids"], batch["attention_mask"], batch.get("lengths"))
             full = self.head(pooled)
             shared.update(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                           pooled=pooled, projected=full)

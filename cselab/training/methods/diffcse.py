@@ -159,9 +159,15 @@ class Conditioned(Method):
         return torch.cat([self._cls_input[:, None, :].to(output.dtype), output[:, 1:]], dim=1)
 
     def encode(self, ids: torch.Tensor, attention_mask: torch.Tensor, shared: dict) -> torch.Tensor:
-        """The last hidden states of ``ids`` conditioned on the primary's projected views."""
-        self._cls_input = primary_views(shared, "projected", ids.size(0), self.name,
-                                        "projected sentence embeddings", self.options.views)
+        """The last hidden states of ``ids`` conditioned on the primary's projected views (a run:
+        :meth:`Context.run`)."""
+        h = primary_views(shared, "projected", ids.size(0), self.name, "projected sentence embeddings",
+                          self.options.views)
+        return self.ctx.run(self.discriminate, ids, attention_mask, h)
+
+    def discriminate(self, ids: torch.Tensor, attention_mask: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The discriminator's last hidden states with ``h`` as its position-0 input."""
+        self._cls_input = h
         try:
             return self.discriminator(input_ids=ids, attention_mask=attention_mask).last_hidden_state
         finally:

@@ -66,9 +66,8 @@ class SimCSEEdits(Method):
         return {**batch, "edit_input_ids": edited, "edit_attention_mask": attn, "edit_lengths": lengths}
 
     def forward(self, batch, shared):
-        u, v = dropout_views(self.ctx.encoder, self.head, batch, shared)
-        e = self.head(self.ctx.encoder(batch["edit_input_ids"], batch["edit_attention_mask"],
-                                       lengths=batch.get("edit_lengths")))
+        u, v = dropout_views(self.ctx, self.head, batch, shared)
+        e = self.head(self.ctx.encode(batch["edit_input_ids"], batch["edit_attention_mask"], batch.get("edit_lengths")))
         if self.options.use == "negative":
             loss = info_nce_hard_negatives(u, torch.stack([v, e], dim=1), self.temperature)
         else:

@@ -62,10 +62,10 @@ class AuxNetwork(torch.nn.Module):
             self.extra = mlm.new_layers(backbone, extra_layers)
         self.head = mlm.make_mlm_head(backbone.config, model_dir)
 
-    def loss(self, h: torch.Tensor, lower: torch.Tensor, attention_mask: torch.Tensor,
-             labels: torch.Tensor) -> torch.Tensor:
+    def hidden(self, h: torch.Tensor, lower: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The extra layers' output over ``[h ; lower states after position 0]``."""
         hidden = torch.cat([h[:, None, :].to(lower.dtype), lower[:, 1:]], dim=1)
-        return mlm.mlm_loss(self.head, mlm.run_layers(self.extra, hidden, attention_mask), labels)
+        return mlm.run_layers(self.extra, hidden, attention_mask)
 
 
 class InfoCSEPretrain(Method):
@@ -115,12 +115,16 @@ class InfoCSEPretrain(Method):
 
     def forward(self, batch, shared):
         mask, labels = batch["mlm_attention_mask"], batch["mlm_labels"]
-        out = self.ctx.encoder.backbone(input_ids=batch["mlm_input_ids"], attention_mask=mask,
-                                        output_hidden_states=True)
-        h = out.last_hidden_state[:, 0]  # the masked forward's top-layer [CLS] (the paper's 12-cls)
-        terms = {"aux": self.aux.loss(h, out.hidden_states[self.k], mask, labels),
-                 "mlm": self.options.mlm_weight * mlm.mlm_loss(self.mlm_head, out.last_hidden_state, labels)}
+        top, aux = self.ctx.run(self.masked_forward, batch["mlm_input_ids"], mask)
+        terms = {"aux": mlm.mlm_loss(self.aux.head, aux, labels),
+                 "mlm": self.options.mlm_weight * mlm.mlm_loss(self.mlm_head, top, labels)}
         return Output(terms, {"masked_share": (labels != mlm.IGNORE).float().sum() / mask.sum()})
+
+    def masked_forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone's top layer and the auxiliary network's output over ``[h ; M^{>0}]``, ``h``
+        the masked forward's top-layer [CLS] (the paper's 12-cls) and ``M`` its lower layer."""
+        out = self.ctx.encoder.backbone(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        return out.last_hidden_state, self.aux.hidden(out.last_hidden_state[:, 0], out.hidden_states[self.k], mask)
 
     def export(self, out_dir):
         self.ctx.encoder.save(out_dir)
@@ -218,7 +222,11 @@ class InfoCSEMLM(Method):
     def forward(self, batch, shared):
         h = primary_views(shared, "pooled", batch["aux_input_ids"].size(0), self.name, "pooled [CLS]",
                           self.options.views)
-        mask = batch["aux_attention_mask"]
+        hidden = self.ctx.run(self.aux_forward, batch["aux_input_ids"], batch["aux_attention_mask"], h)
+        return Output({"mlm": mlm.mlm_loss(self.aux.head, hidden, batch["aux_labels"])})
+
+    def aux_forward(self, ids: torch.Tensor, mask: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """The auxiliary network over ``[h ; its own lower layers' states of the masked view]``."""
         with torch.no_grad() if self.options.detach else contextlib.nullcontext():
-            lower = self.lower(batch["aux_input_ids"], mask)
-        return Output({"mlm": self.aux.loss(h, lower, mask, batch["aux_labels"])})
+            lower = self.lower(ids, mask)
+        return self.aux.hidden(h, lower, mask)

@@ -101,7 +101,7 @@ class Paradigm(Method):
         return fn(u, v, self.lam, o.gd, o.w, o.r, o.m, o.tau, o.ratio, o.gd_reference)
 
     def forward(self, batch, shared):
-        u, v = dropout_views(self.ctx.encoder, self.head, batch, shared)
+        u, v = dropout_views(self.ctx, self.head, batch, shared)
         return Output({self.options.loss: self.loss(u, v)}, self.statistics(u.detach(), v.detach()))
 
     @torch.no_grad()

@@ -32,5 +32,5 @@ class SimCSE(Method):
         self.temperature = ctx.training["temperature"]
 
     def forward(self, batch, shared):
-        u, v = dropout_views(self.ctx.encoder, self.head, batch, shared)
+        u, v = dropout_views(self.ctx, self.head, batch, shared)
         return Output({"contrastive": info_nce(u, v, self.temperature)})

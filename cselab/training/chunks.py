@@ -1,0 +1,147 @@
+"""How a training step runs its networks: dropout keyed by row, and gradient caching.
+
+Every network run of a step (the encoder on a batch's views, DiffCSE's discriminator, InfoCSE's
+auxiliary network) goes through :meth:`Runner.run`, which keys the dropout of its rows
+(:mod:`cselab.models.keyed`): a sentence's masks depend on the step's seed, the run, its view
+and its place in the global batch, not on the rows beside it.
+
+With ``training.chunk_size`` the runner caches gradients (Gao et al., 2021, "Scaling Deep
+Contrastive Learning Batch Size under Memory Limited Setup", the authors' GradCache): a run
+with more rows than the chunk size encodes them chunk by chunk without a graph and returns the
+concatenated outputs as leaves; the loss (heads, BatchNorm statistics, in-batch negatives) is
+computed on the whole batch and back-propagated to those leaves; then each run, latest first,
+encodes each chunk again with a graph, under the same keys (so the same dropout) and the same
+torch random state, and back-propagates the cached gradient of its outputs. A run whose inputs
+depend on an earlier run's outputs (the discriminator conditioned on the sentence embedding)
+sends its gradient through the loss's retained graph to those outputs before the earlier run is
+replayed. The gradients are the full-batch step's, to float rounding, with the activation
+memory of one chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from cselab.models import keyed
+
+
+@dataclass
+class _Run:
+    """A cached run: what to replay and the gradients of its outputs."""
+
+    fn: Callable
+    inputs: tuple
+    kwargs: dict
+    rows: int
+    keys: torch.Tensor
+    rng: list
+    outputs: tuple
+
+
+def _slice(x: Any, rows: int, part: slice) -> Any:
+    return x[part] if isinstance(x, torch.Tensor) and x.dim() and x.size(0) == rows else x
+
+
+def _as_tuple(out: Any) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _rng_state() -> tuple:
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+
+
+def _set_rng_state(state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+class Runner:
+    """Runs a step's networks for the methods (see the module docstring). ``chunk_size`` None:
+    every run at once, with a graph; else runs over more rows are cached. ``keyed`` False:
+    torch's own dropout stream (no chunks)."""
+
+    def __init__(self, chunk_size: int | None = None, keyed: bool = True):
+        if chunk_size and not keyed:
+            raise ValueError("gradient caching replays keyed dropout only")
+        self.chunk_size, self.keyed = chunk_size, keyed
+        self.seed: int | None = None
+        self.calls = 0
+        self.sentences, self.offset = 0, 0
+        self.cached: list[_Run] = []
+
+    def begin(self, sentences: int, offset: int = 0) -> None:
+        """A micro-batch starts: ``sentences`` of this process, starting at ``offset`` in the
+        global batch; the step's seed is drawn from torch's generator."""
+        self.seed = int(torch.randint(-(2 ** 62), 2 ** 62, (1,))) if self.keyed else None
+        self.calls, self.sentences, self.offset, self.cached = 0, sentences, offset, []
+
+    def row_keys(self, rows: int, device: torch.device) -> torch.Tensor:
+        """One key per row of the next run: ``rows`` is a whole number of views of the micro-batch
+        (view-major, as every method lays them out), else each row keys by its index."""
+        call = keyed.mix_int(self.seed, self.calls)
+        self.calls += 1
+        j = torch.arange(rows)
+        n = self.sentences
+        view, sentence = (j // n, self.offset + j % n) if n and rows % n == 0 else (torch.zeros_like(j), j)
+        return keyed.mix(keyed.mix(call + view * keyed.mix_int(1)) + sentence).to(device)
+
+    def run(self, fn: Callable, *inputs: Any, **kwargs) -> Any:
+        """``fn(*inputs, **kwargs)`` under keyed dropout; ``inputs`` with one row per leading
+        index are the rows (chunked together); the outputs have one row per input row, or one
+        per chunk for a sum over the chunk's rows."""
+        if self.seed is None:  # outside a training step (a method called directly): torch's dropout
+            return fn(*inputs, **kwargs)
+        rows = inputs[0].size(0)
+        keys = self.row_keys(rows, inputs[0].device)
+        if not self.chunk_size or rows <= self.chunk_size or not torch.is_grad_enabled():
+            with keyed.keys(keys):
+                return fn(*inputs, **kwargs)
+        return self._first_pass(fn, inputs, kwargs, rows, keys)
+
+    def _parts(self, rows: int) -> list[slice]:
+        return [slice(s, min(s + self.chunk_size, rows)) for s in range(0, rows, self.chunk_size)]
+
+    def _first_pass(self, fn, inputs, kwargs, rows, keys):
+        outs, rng = [], []
+        with torch.no_grad():
+            for part in self._parts(rows):
+                rng.append(_rng_state())
+                with keyed.keys(keys[part]):
+                    outs.append(_as_tuple(fn(*(_slice(x, rows, part) for x in inputs), **kwargs)))
+        leaves = tuple(torch.cat(column).requires_grad_(column[0].is_floating_point()) for column in zip(*outs))
+        self.cached.append(_Run(fn, inputs, kwargs, rows, keys, rng, leaves))
+        return leaves if len(leaves) > 1 else leaves[0]
+
+    def backward(self, loss: torch.Tensor, backward: Callable[..., None]) -> None:
+        """Back-propagate ``loss`` (``backward(loss, retain_graph=...)``: the run's precision),
+        then replay the cached runs, latest first, chunk by chunk."""
+        if not self.cached:
+            backward(loss)
+            return
+        backward(loss, retain_graph=True)
+        after = _rng_state()
+        for run in reversed(self.cached):
+            grads = [leaf.grad for leaf in run.outputs]
+            for part, rng in zip(self._parts(run.rows), run.rng):
+                self._replay(run, part, rng, grads)
+        _set_rng_state(after)
+        self.cached = []
+
+    def _replay(self, run: _Run, part: slice, rng: tuple, grads: list) -> None:
+        """One chunk again, with a graph, and its cached gradient back-propagated; the chunk's
+        graph is freed on return (the loss's graph is retained: later chunks may pass through it)."""
+        _set_rng_state(rng)
+        with keyed.keys(run.keys[part]):
+            out = _as_tuple(run.fn(*(_slice(x, run.rows, part) for x in run.inputs), **run.kwargs))
+        pairs = [(o, g[part] if g.size(0) == run.rows else g[self._index(part)])
+                 for o, g in zip(out, grads) if g is not None]
+        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs], retain_graph=True)
+
+    def _index(self, part: slice) -> slice:
+        """A per-chunk output's row for chunk ``part``."""
+        k = part.start // self.chunk_size
+        return slice(k, k + 1)
