@@ -63,11 +63,11 @@ def test_better_model_is_significant_and_swap_negates():
     gold = _tasks(rng)
     good = [_noisy(gold, rng, 0.3) for _ in range(3)]
     rand = [{t: rng.normal(size=len(g)) for t, g in gold.items()} for _ in range(3)]
-    res = paired_bootstrap(gold, good, rand, n_boot=300, seed=5)
-    assert res["diff"] > 50 and res["ci_low"] > 0 and res["significant"]
+    res = paired_bootstrap(gold, good, rand, n_boot=300, seed=5, paired_seeds=True)
+    assert res["interval"] == "seeds+items" and res["diff"] > 50 and res["ci_low"] > 0 and res["significant"]
     assert res["p_value"] < 0.01
     assert res["ci_low"] <= res["diff"] <= res["ci_high"]
-    swapped = paired_bootstrap(gold, rand, good, n_boot=300, seed=5)
+    swapped = paired_bootstrap(gold, rand, good, n_boot=300, seed=5, paired_seeds=True)
     assert swapped["diff"] == pytest.approx(-res["diff"], abs=1e-10)
     assert swapped["ci_low"] == pytest.approx(-res["ci_high"], abs=1e-10)
     assert swapped["ci_high"] == pytest.approx(-res["ci_low"], abs=1e-10)
@@ -175,3 +175,67 @@ def test_paired_bootstrap_accuracy_against_explicit_resamples():
     lo, hi = np.quantile(explicit, [0.025, 0.975])
     assert (res["ci_low"], res["ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
     assert res["diff"] > 0 and res["significant"] == (res["ci_low"] > 0)
+
+
+# -- intervals that count training randomness: a simulation with known seed and item variance --
+
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(20)
+
+
+def _pearson_of(spearman):
+    """A bivariate normal's Pearson correlation from its population Spearman (Pearson, 1907)."""
+    return 2 * np.sin(np.pi * spearman / 6)
+
+
+def _expected_score(spearman, seed_sd, n_items):
+    """E[sample Spearman] x100 of n items (Moran, 1948), averaged over seeds whose population
+    Spearman is ``spearman + seed_sd * N(0, 1)``: the true score of a method."""
+    r = _pearson_of(spearman + seed_sd * _NODES)
+    expected = 6 / (np.pi * (n_items + 1)) * (np.arcsin(r) + (n_items - 2) * np.arcsin(r / 2))
+    return 100 * np.sum(_WEIGHTS * expected) / np.sum(_WEIGHTS)
+
+
+def _study(rng, n_seeds, n_items, methods, seed_sd, own_noise):
+    """One study: gold scores, and per method and seed, predictions whose population Spearman
+    with gold is the method's plus the seed's deviation; the errors are shared by the methods on
+    each item (hard items are hard for both) up to a per-seed share ``own_noise``."""
+    gold, shared = rng.normal(size=n_items), rng.normal(size=n_items)
+    preds = []
+    for spearman in methods:
+        seeds = []
+        for _ in range(n_seeds):
+            scale = np.sqrt(1 / _pearson_of(spearman + seed_sd * rng.normal()) ** 2 - 1)
+            noise = np.sqrt(1 - own_noise) * shared + np.sqrt(own_noise) * rng.normal(size=n_items)
+            seeds.append({"STS": gold + scale * noise})
+        preds.append(seeds)
+    return {"STS": gold}, preds
+
+
+@pytest.mark.parametrize("n_seeds", [3, 5])
+def test_two_level_intervals_cover_the_true_difference(n_seeds):
+    """1,000 simulated studies, seed variance dominating (a seed moves a method's score by 2
+    points, the shared items move the difference far less): the seeds+items 95% intervals
+    cover the true difference in at least 92% of the studies; the item-only ones do not."""
+    methods, seed_sd, n_items = (0.70, 0.68), 0.02, 500
+    truth = _expected_score(methods[0], seed_sd, n_items) - _expected_score(methods[1], seed_sd, n_items)
+    rng, covered, items_covered = np.random.default_rng(0), 0, 0
+    for study in range(1000):
+        gold, (a, b) = _study(rng, n_seeds, n_items, methods, seed_sd, own_noise=0.1)
+        res = paired_bootstrap(gold, a, b, n_boot=200, seed=study, paired_seeds=True, average=False)
+        assert res["interval"] == "seeds+items"
+        covered += res["ci_low"] <= truth <= res["ci_high"]
+        items_covered += res["item_ci_low"] <= truth <= res["item_ci_high"]
+    assert covered >= 920, f"{covered / 10:.1f}% of the 95% intervals cover the true difference {truth:.2f}"
+    assert items_covered < 700, f"item-only intervals cover {items_covered / 10:.1f}%"
+
+
+def test_one_seed_keeps_the_item_interval_and_unpaired_seeds_count_both_spreads():
+    rng = np.random.default_rng(11)
+    gold, (a, b) = _study(rng, 3, 300, (0.7, 0.68), 0.02, 0.1)
+    single = paired_bootstrap(gold, a[:1], b, n_boot=200, average=False)
+    assert single["interval"] == "items" and "item_ci_low" not in single
+    unpaired = paired_bootstrap(gold, a, b[:2], n_boot=200, average=False)
+    assert unpaired["interval"] == "seeds+items" and unpaired["dof"] >= 1
+    assert unpaired["ci_high"] - unpaired["ci_low"] > unpaired["item_ci_high"] - unpaired["item_ci_low"]
+    with pytest.raises(ValueError, match="paired seeds need as many seeds"):
+        paired_bootstrap(gold, a, b[:2], n_boot=50, paired_seeds=True, average=False)

@@ -75,3 +75,35 @@ def test_sts_table_mean_std_and_gap():
     md = to_markdown(df, STS_COLUMNS, "T1")
     assert "[compcse table1]" in simcse["note"]
     assert "| 71.00 ± 1.41 (68.40) |" in md and "74.00 ± 1.41 (76.25)" in md
+
+
+def test_comparisons_count_seeds_when_there_are_several_and_say_so():
+    """>= 2 seeds per method: the interval counts training randomness (paired seeds) and each
+    method's seed spread is shown; one seed: items only, and the legend says what that leaves out."""
+    import numpy as np
+
+    from cselab.reporting.tables import Comparison, add_comparisons
+
+    rng = np.random.default_rng(0)
+    gold = rng.normal(size=200)
+
+    def trained(name, objective, seed, noise):
+        r = row(name, objective, objective, {}, seed, 70.0 + seed)
+        r["pairs"] = {"STSBenchmark": (gold, gold + noise * rng.normal(size=200))}
+        return r
+
+    rows = [trained(n, o, s, noise) for n, o, noise in (("simcse-bert-base", "simcse", 1.0),
+                                                       ("compcse-bert-base", "compcse", 0.9)) for s in (1, 2, 3)]
+    comparisons = [Comparison("", ("STSBenchmark",))]
+    df = add_comparisons(score_table(rows, STS_COLUMNS, []), rows, comparisons, n_boot=200)
+    comp = df.set_index("experiment").loc["compcse-bert-base"]
+    assert comp["ci_counts"] == "seeds+items" and comp["diff_ci_low"] < comp["diff"] < comp["diff_ci_high"]
+    assert (comp["Avg_min"], comp["Avg_max"]) == (74.0, 76.0)
+    md = to_markdown(df, STS_COLUMNS, "T", comparisons=comparisons)
+    assert "Avg over seeds [min, max]" in md and "[74.00, 76.00]" in md
+    assert "counts training randomness" in md and "one seed" not in md
+    single = [r for r in rows if r["seed"] == 1]
+    df = add_comparisons(score_table(single, STS_COLUMNS, []), single, comparisons, n_boot=200)
+    assert df.set_index("experiment").loc["compcse-bert-base", "ci_counts"] == "items"
+    md = to_markdown(df, STS_COLUMNS, "T", comparisons=comparisons)
+    assert "over seeds [min, max]" not in md and "not training randomness" in md

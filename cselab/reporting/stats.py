@@ -1,9 +1,12 @@
-"""Statistics for result tables: seed summaries and a paired bootstrap over evaluation pairs.
+"""Statistics for result tables: seed summaries and a paired bootstrap over evaluation items
+and seeds.
 
-The bootstrap answers "is method A better than baseline B on these test sets, given our seeds?".
-Each model's score is the mean over its seeds of the task-averaged Spearman x100 (the number in
-the tables); the evaluation pairs are resampled with replacement within each task, with the same
-resample for A, B and every seed, and the score difference is recomputed per resample.
+The bootstrap answers "is method A better than baseline B, counting both the test sets and the
+training randomness?". Each model's score is the mean over its seeds of the task-averaged
+Spearman x100 (the number in the tables); the evaluation pairs are resampled with replacement
+within each task, with the same resample for A, B and every seed, and the score difference is
+recomputed per resample; with >= 2 seeds per model the seeds are resampled inside each item
+resample too (a two-level bootstrap, :func:`paired_bootstrap`).
 
 A resample is represented by its counts (how often each original pair was drawn), so no
 resampled array is ever sorted: the average rank of a value in the resample is "number of drawn
@@ -20,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
+from scipy.stats import t as student_t
 
 #: Cells (pairs x resamples) per block of resamples: bounds memory to a few 8 MB arrays.
 _BLOCK_CELLS = 1_000_000
@@ -111,32 +115,53 @@ def _centered(values: np.ndarray, metric: str):
 
 def paired_bootstrap(gold: dict[str, np.ndarray], pred_a: list[dict[str, np.ndarray]],
                      pred_b: list[dict[str, np.ndarray]], n_boot: int = 1000, seed: int = 0,
-                     confidence: float = 0.95, metric: str = "spearman", average: bool = True) -> dict:
-    """Paired bootstrap of score(A) - score(B) over evaluation pairs.
+                     confidence: float = 0.95, metric: str = "spearman", average: bool = True,
+                     paired_seeds: bool = False) -> dict:
+    """Paired bootstrap of score(A) - score(B) over evaluation items and, with >= 2 seeds per
+    model, over seeds too.
 
-    ``gold``: task -> gold scores; ``pred_a`` / ``pred_b``: one dict task -> predicted similarity
-    per seed (seed lists may differ in length and are not paired with each other). score(model) =
-    mean over its seeds of the mean over tasks of ``metric`` ("spearman" or "pearson") x100
-    (``average=False`` requires a single task). Each resample draws every task's pairs with
-    replacement, the same draw for A, B and all seeds.
+    ``gold``: task -> gold scores (or labels for ``metric="accuracy"``); ``pred_a`` / ``pred_b``:
+    one dict task -> predicted similarity (or label) per seed. score(model) = mean over its seeds
+    of the mean over tasks of ``metric`` ("spearman", "pearson", "accuracy") x100
+    (``average=False`` requires a single task). Each resample draws every task's items with
+    replacement, the same draw for A, B and all seeds. ``paired_seeds``: seed i of A and seed i of
+    B share their seed (the same data order), so seeds are resampled as pairs.
 
-    Returns ``diff`` (on the original data), the percentile CI ``ci_low`` / ``ci_high`` at
-    ``confidence``, ``p_value``, ``n_boot`` (resamples used: one whose correlation is undefined,
-    e.g. constant predictions in a tiny task, is dropped), ``confidence`` and ``significant`` (the
-    CI excludes 0). ``p_value`` is the percentile-bootstrap approximation: twice the fraction of
-    resampled differences on the other side of 0 from ``diff`` (0 counted as the other side),
-    capped at 1; 0 means below 1 / n_boot. Deterministic for a given ``seed``.
+    With one seed for either model the interval counts the evaluation items only: the percentile
+    interval of the item resamples (``interval: "items"``). With >= 2 seeds each, it counts
+    training randomness as well (``interval: "seeds+items"``, :func:`_two_level`): each item
+    resample also draws the seeds with replacement (the same draw for both models when paired);
+    the interval is ``diff +- t * se``, with ``se`` the standard deviation of these two-level
+    resamples and ``t`` Student's quantile at Satterthwaite's degrees of freedom (the small-sample
+    correction: a percentile interval over 3 seeds under-covers). ``item_ci_low`` /
+    ``item_ci_high`` keep the item-only interval.
+
+    Returns ``diff``, ``ci_low`` / ``ci_high`` at ``confidence``, ``p_value`` (items: twice the
+    share of resampled differences across 0, capped at 1, 0 meaning below 1 / n_boot; seeds+items:
+    Student's two-sided p at ``diff / se``), ``significant`` (the interval excludes 0),
+    ``n_boot`` (resamples with a defined correlation), ``confidence`` and ``interval``.
+    Deterministic for a given ``seed``.
     """
-    if metric == "accuracy":
-        return _paired_bootstrap_accuracy(gold, pred_a, pred_b, n_boot, seed, confidence, average)
-    if metric not in ("spearman", "pearson"):
+    if metric not in ("spearman", "pearson", "accuracy"):
         raise ValueError(f"metric must be 'spearman', 'pearson' or 'accuracy', not {metric!r}")
-    if not gold:
-        raise ValueError("gold has no tasks")
-    if not average and len(gold) != 1:
+    if not gold or (not average and len(gold) != 1):
         raise ValueError(f"average=False scores a single task, got {len(gold)}: {sorted(gold)}")
     if n_boot < 1 or not 0 < confidence < 1:
         raise ValueError("need n_boot >= 1 and 0 < confidence < 1")
+    rng = np.random.default_rng(seed)
+    if metric == "accuracy":
+        observed, boot = _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng)
+    else:
+        observed, boot = _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric)
+    if paired_seeds and len(observed[0]) != len(observed[1]):
+        raise ValueError(f"paired seeds need as many seeds for A as for B, got {len(observed[0])} and "
+                         f"{len(observed[1])}")
+    return _interval(observed, boot, confidence, paired_seeds, rng)
+
+
+def _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric):
+    """Per model: each seed's score (mean over tasks of the correlation x100) and its item
+    resamples, ``(seeds,)`` and ``(seeds, n_boot)``."""
     for t, g in gold.items():
         if np.ndim(g) != 1 or len(g) < 3 or not np.isfinite(g).all() or np.ptp(g) == 0:
             raise ValueError(f"gold[{t!r}] must be a 1-D array of at least 3 finite, not all equal scores")
@@ -145,42 +170,38 @@ def paired_bootstrap(gold: dict[str, np.ndarray], pred_a: list[dict[str, np.ndar
     gold = {t: np.asarray(g, dtype=np.float64) for t, g in gold.items()}
     models = [[{t: np.asarray(p[t], dtype=np.float64) for t in gold} for p in preds] for preds in (pred_a, pred_b)]
     corr = spearmanr if metric == "spearman" else pearsonr
-    score_a, score_b = (100 * np.mean([np.mean([corr(p[t], g)[0] for t, g in gold.items()]) for p in preds])
-                        for preds in models)
-
-    rng = np.random.default_rng(seed)
-    sums = np.zeros((2, n_boot))  # per model: sum over (seed, task) of the resampled correlation
+    observed = [np.array([100 * np.mean([corr(p[t], g)[0] for t, g in gold.items()]) for p in preds])
+                for preds in models]
+    sums = [np.zeros((len(preds), n_boot)) for preds in models]  # per model and seed: sum over tasks
     for t, g in gold.items():
-        n = len(g)
         gold_centered = _centered(g, metric)
         pred_centered = [[_centered(p[t], metric) for p in preds] for preds in models]
-        block = max(1, _BLOCK_CELLS // n)
-        for lo in range(0, n_boot, block):
-            m = min(n_boot, lo + block) - lo
-            idx = rng.integers(0, n, size=(m, n))  # row r: the pairs drawn in resample lo + r
-            counts = np.bincount((idx + n * np.arange(m)[:, None]).ravel(), minlength=m * n)
-            counts = np.ascontiguousarray(counts.reshape(m, n).T)  # (pairs x resamples)
+        for lo, m, counts in _item_draws(rng, len(g), n_boot):
             dg = gold_centered(counts)
             cdg = counts * dg
             sgg = np.einsum("ij,ij->j", cdg, dg)
             for k, fns in enumerate(pred_centered):
-                for fn in fns:
+                for s, fn in enumerate(fns):
                     dx = fn(counts)
                     with np.errstate(invalid="ignore", divide="ignore"):
                         r = np.einsum("ij,ij->j", cdg, dx) / np.sqrt(np.einsum("ij,ij,ij->j", counts, dx, dx) * sgg)
-                    sums[k, lo:lo + m] += r
-    boot_a, boot_b = (100 * sums[k] / (len(models[k]) * len(gold)) for k in (0, 1))
-    return _summary(float(score_a - score_b), boot_a - boot_b, confidence)
+                    sums[k][s, lo:lo + m] += r
+    return observed, [100 * x / len(gold) for x in sums]
 
 
-def _paired_bootstrap_accuracy(gold, pred_a, pred_b, n_boot, seed, confidence, average) -> dict:
-    """:func:`paired_bootstrap` for classification: ``gold`` and predictions are labels, a
-    model's score is its accuracy x100 (averaged over tasks and seeds), items are resampled
-    within each task."""
-    if not gold or (not average and len(gold) != 1):
-        raise ValueError(f"need one task, or average=True; got {sorted(gold)}")
-    if n_boot < 1 or not 0 < confidence < 1:
-        raise ValueError("need n_boot >= 1 and 0 < confidence < 1")
+def _item_draws(rng, n: int, n_boot: int):
+    """Blocks of item resamples of one task: ``(first resample, count, (items x resamples) counts)``."""
+    block = max(1, _BLOCK_CELLS // n)
+    for lo in range(0, n_boot, block):
+        m = min(n_boot, lo + block) - lo
+        idx = rng.integers(0, n, size=(m, n))  # row r: the items drawn in resample lo + r
+        counts = np.bincount((idx + n * np.arange(m)[:, None]).ravel(), minlength=m * n)
+        yield lo, m, np.ascontiguousarray(counts.reshape(m, n).T)
+
+
+def _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng):
+    """:func:`_correlation_resamples` for classification: accuracy x100 per seed, items
+    resampled within each task."""
     correct = []
     for preds, name in ((pred_a, "pred_a"), (pred_b, "pred_b")):
         if not preds:
@@ -188,21 +209,65 @@ def _paired_bootstrap_accuracy(gold, pred_a, pred_b, n_boot, seed, confidence, a
         for i, p in enumerate(preds):
             if set(p) != set(gold) or any(np.shape(p[t]) != np.shape(g) for t, g in gold.items()):
                 raise ValueError(f"{name}[{i}] does not match gold's tasks and sizes")
-        correct.append({t: np.mean([np.asarray(p[t]) == np.asarray(g) for p in preds], axis=0)
-                        for t, g in gold.items()})
-    rng = np.random.default_rng(seed)
-    diffs = {t: correct[0][t] - correct[1][t] for t in gold}  # per item: mean over seeds of A minus B
-    boot = np.zeros(n_boot)
-    for t, d in diffs.items():
-        n = len(d)
-        block = max(1, _BLOCK_CELLS // n)
-        for lo in range(0, n_boot, block):
-            m = min(n_boot, lo + block) - lo
-            idx = rng.integers(0, n, size=(m, n))
-            boot[lo:lo + m] += d[idx].mean(axis=1)
-    boot = 100 * boot / len(diffs)
-    diff = 100 * float(np.mean([d.mean() for d in diffs.values()]))
-    return _summary(diff, boot, confidence)
+        correct.append([{t: (np.asarray(p[t]) == np.asarray(g)).astype(np.float64) for t, g in gold.items()}
+                        for p in preds])
+    observed = [np.array([100 * np.mean([c[t].mean() for t in gold]) for c in seeds]) for seeds in correct]
+    sums = [np.zeros((len(seeds), n_boot)) for seeds in correct]
+    for t, g in gold.items():
+        for lo, m, counts in _item_draws(rng, len(g), n_boot):
+            for k, seeds in enumerate(correct):
+                for s, c in enumerate(seeds):
+                    sums[k][s, lo:lo + m] += c[t] @ counts / len(g)
+    return observed, [100 * x / len(gold) for x in sums]
+
+
+def _interval(observed: list[np.ndarray], boot: list[np.ndarray], confidence: float, paired: bool, rng) -> dict:
+    """The summary of :func:`paired_bootstrap` from each model's per-seed scores and item resamples."""
+    keep = np.isfinite(boot[0]).all(axis=0) & np.isfinite(boot[1]).all(axis=0)
+    if not keep.any():
+        raise ValueError("every bootstrap resample had an undefined correlation (constant values)")
+    boot = [b[:, keep] for b in boot]
+    diff = float(observed[0].mean() - observed[1].mean())
+    items = _summary(diff, boot[0].mean(axis=0) - boot[1].mean(axis=0), confidence)
+    if min(len(observed[0]), len(observed[1])) < 2:
+        return {**items, "interval": "items"}
+    draws, seed_var, dof = _two_level(observed, boot, paired, rng)
+    se = float(np.std(draws, ddof=1))
+    # Satterthwaite from the components (the seeds' from the observed scores, the items' from the
+    # item resamples), not from se: at 2 degrees of freedom the quantile is too steep for noise
+    total = sum(seed_var) + float(np.var(boot[0].mean(axis=0) - boot[1].mean(axis=0), ddof=1))
+    nu = total ** 2 / sum(v ** 2 / d for v, d in zip(seed_var, dof)) if any(seed_var) else np.inf
+    if se == 0:
+        low = high = diff
+        p_value = 1.0 if diff == 0 else 0.0
+    else:
+        half = float(student_t.ppf(0.5 + confidence / 2, nu)) * se
+        low, high = diff - half, diff + half
+        p_value = float(2 * student_t.sf(abs(diff) / se, nu))
+    return {"diff": diff, "ci_low": low, "ci_high": high, "p_value": min(1.0, p_value), "n_boot": int(keep.sum()),
+            "confidence": confidence, "significant": low > 0 or high < 0, "interval": "seeds+items",
+            "se": se, "dof": float(nu), "item_ci_low": items["ci_low"], "item_ci_high": items["ci_high"]}
+
+
+def _two_level(observed, boot, paired: bool, rng) -> tuple[np.ndarray, list[float], list[int]]:
+    """The two-level resamples of the difference (seeds drawn with replacement inside each item
+    resample; a model's seed deviations inflated by sqrt(n / (n - 1)), so their variance is the
+    unbiased one), and the seed variance components of the mean difference with their degrees of
+    freedom (Satterthwaite's inputs; the item component has infinitely many)."""
+    if paired:
+        n = len(observed[0])
+        return (_seed_resample(boot[0] - boot[1], rng),
+                [float(np.var(observed[0] - observed[1], ddof=1)) / n], [n - 1])
+    draws = _seed_resample(boot[0], rng) - _seed_resample(boot[1], rng)
+    return draws, [float(np.var(o, ddof=1)) / len(o) for o in observed], [len(o) - 1 for o in observed]
+
+
+def _seed_resample(x: np.ndarray, rng) -> np.ndarray:
+    """``(seeds, resamples)`` -> per resample, the mean over a with-replacement draw of seeds."""
+    n = x.shape[0]
+    centre = x.mean(axis=0)
+    inflated = centre + np.sqrt(n / (n - 1)) * (x - centre)
+    return np.take_along_axis(inflated, rng.integers(0, n, size=x.shape), axis=0).mean(axis=0)
 
 
 def _summary(diff: float, boot: np.ndarray, confidence: float) -> dict:

@@ -37,19 +37,25 @@ def score_table(rows: list[dict], columns: Sequence[str], sources: Sequence[tupl
         rec = {"plm": first["plm"], "model": first["model"], "method": first["method"], "experiment": name,
                "seeds": " ".join(str(r["seed"]) for r in group if r["seed"] is not None) or "-"}
         for col in columns:
-            values = [r["scores"][col] for r in group]
-            rec[col] = round(float(np.mean(values)), digits)
-            rec[f"{col}_std"] = round(float(np.std(values, ddof=1)), digits) if len(values) > 1 else None
+            rec.update(_seed_spread(col, [r["scores"][col] for r in group], digits))
             rec[f"{col}_paper"] = paper.get(col)
         if average:
-            avgs = [float(np.mean([r["scores"][c] for c in columns if c not in extras])) for r in group]
-            rec["Avg"] = round(float(np.mean(avgs)), digits)
-            rec["Avg_std"] = round(float(np.std(avgs, ddof=1)), digits) if len(avgs) > 1 else None
+            rec.update(_seed_spread("Avg", [float(np.mean([r["scores"][c] for c in columns if c not in extras]))
+                                            for r in group], digits))
             rec["Avg_paper"] = paper.get("Avg")
             rec["Avg_gap"] = round(rec["Avg"] - paper["Avg"], digits) if paper.get("Avg") is not None else None
         rec["note"] = note
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def _seed_spread(col: str, values: list[float], digits: int) -> dict:
+    """``col`` (the mean over seeds) and, with >= 2 seeds, ``col_std`` / ``col_min`` / ``col_max``."""
+    several = len(values) > 1
+    return {col: round(float(np.mean(values)), digits),
+            f"{col}_std": round(float(np.std(values, ddof=1)), digits) if several else None,
+            f"{col}_min": round(float(np.min(values)), digits) if several else None,
+            f"{col}_max": round(float(np.max(values)), digits) if several else None}
 
 
 @dataclass(frozen=True)
@@ -69,13 +75,13 @@ def add_comparisons(df: pd.DataFrame, rows: list[dict], comparisons: Sequence[Co
     """Each trained non-SimCSE experiment against SimCSE on the same PLM (the table's first such row).
 
     Adds ``baseline`` and, per comparison, ``diff`` (ours - baseline: the mean over the
-    comparison's columns, mean over seeds), ``diff_ci_low``/``diff_ci_high`` (paired bootstrap
-    over the evaluation items, resampled within each task, the same resamples for both models
-    and all seeds), ``p_value`` and ``significant`` (the interval excludes 0). Rows need
-    ``pairs``: column -> (gold, pred).
+    comparison's columns, mean over seeds), ``diff_ci_low``/``diff_ci_high``, ``p_value`` and
+    ``significant`` (the interval excludes 0) of :func:`cselab.reporting.stats.paired_bootstrap`
+    (evaluation items resampled within each task, the same resamples for both models and all
+    seeds; with >= 2 seeds each, seeds resampled too, as pairs when both ran the same seeds), and
+    ``ci_counts``: what the interval counts (``seeds+items`` or ``items``). Rows need ``pairs``:
+    column -> (gold, pred).
     """
-    from cselab.reporting.stats import paired_bootstrap
-
     by_name: dict[str, list[dict]] = {}
     for r in rows:
         by_name.setdefault(r["name"], []).append(r)
@@ -83,7 +89,7 @@ def add_comparisons(df: pd.DataFrame, rows: list[dict], comparisons: Sequence[Co
     for name, group in by_name.items():
         if group[0]["objective"] == "simcse" and all(r["pairs"] is not None for r in group):
             simcse.setdefault(group[0]["plm"], name)
-    stats = ("diff", "diff_ci_low", "diff_ci_high", "p_value", "significant")
+    stats = ("diff", "diff_ci_low", "diff_ci_high", "p_value", "significant", "ci_counts")
     out: dict[str, list] = {"baseline": []}
     for c in comparisons:
         out.update({c.prefix + k: [] for k in stats})
@@ -97,16 +103,25 @@ def add_comparisons(df: pd.DataFrame, rows: list[dict], comparisons: Sequence[Co
                 for k in stats:
                     out[c.prefix + k].append(None)
                 continue
-            cols = list(c.columns)
-            gold = {col: by_name[base][0]["pairs"][col][0] for col in cols}
-            res = paired_bootstrap(gold, [{col: r["pairs"][col][1] for col in cols} for r in group],
-                                   [{col: r["pairs"][col][1] for col in cols} for r in by_name[base]],
-                                   n_boot=n_boot, seed=seed, confidence=confidence, metric=c.metric, average=True)
+            res = _compare(c, sorted(group, key=lambda r: r["seed"]), sorted(by_name[base], key=lambda r: r["seed"]),
+                           n_boot=n_boot, seed=seed, confidence=confidence)
             for k, v in (("diff", round(res["diff"], 2)), ("diff_ci_low", round(res["ci_low"], 2)),
                          ("diff_ci_high", round(res["ci_high"], 2)), ("p_value", round(res["p_value"], 4)),
-                         ("significant", bool(res["significant"]))):
+                         ("significant", bool(res["significant"])), ("ci_counts", res["interval"])):
                 out[c.prefix + k].append(v)
     return df.assign(**out)
+
+
+def _compare(c: Comparison, group: list[dict], base: list[dict], **bootstrap) -> dict:
+    """One comparison of an experiment's seeds with its baseline's (paired when they ran the same seeds)."""
+    from cselab.reporting.stats import paired_bootstrap
+
+    cols = list(c.columns)
+    gold = {col: base[0]["pairs"][col][0] for col in cols}
+    paired = [r["seed"] for r in group] == [r["seed"] for r in base]
+    return paired_bootstrap(gold, [{col: r["pairs"][col][1] for col in cols} for r in group],
+                            [{col: r["pairs"][col][1] for col in cols} for r in base],
+                            metric=c.metric, average=True, paired_seeds=paired, **bootstrap)
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str], title: str = "", digits: int = 2,
@@ -117,7 +132,8 @@ def to_markdown(df: pd.DataFrame, columns: Sequence[str], title: str = "", digit
     own = [c for c in columns if c not in extras]
     cols = own + (["Avg"] if "Avg" in df.columns else []) + [c for c in columns if c in extras]
     shown = [c for c in comparisons if f"{c.prefix}diff" in df.columns and df[f"{c.prefix}diff"].notna().any()]
-    header = (["PLM", "method", "experiment"] + cols
+    spread = next((c for c in ("Avg", *own) if f"{c}_min" in df.columns and df[f"{c}_min"].notna().any()), None)
+    header = (["PLM", "method", "experiment"] + cols + ([f"{spread} over seeds [min, max]"] if spread else [])
               + [f"vs SimCSE{': ' + c.label if c.label else ''} [CI]" for c in shown] + ["note"])
     lines = [f"# {title}", ""] if title else []
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -138,15 +154,32 @@ def to_markdown(df: pd.DataFrame, columns: Sequence[str], title: str = "", digit
 
     for _, row in df.iterrows():
         cells = [row["plm"], row["method"], row["experiment"]] + [cell(row, c) for c in cols]
+        if spread:
+            cells.append(f"[{row[spread + '_min']:.{digits}f}, {row[spread + '_max']:.{digits}f}]"
+                         if pd.notna(row[f"{spread}_min"]) else "")
         cells += [versus(row, c.prefix) for c in shown]
         lines.append("| " + " | ".join(str(c) for c in cells + [row["note"] or ""]) + " |")
     lines += ["", "Cells: ours (paper). Ours is the mean over seeds ± standard deviation over seeds."]
-    if shown:
-        lines += ["vs SimCSE: ours minus SimCSE on the same PLM (the average over the compared columns, or the "
-                  "single column), with the paired bootstrap confidence interval over the evaluation items; "
-                  "* = the interval excludes 0."]
+    lines += _interval_legend(df, shown)
     lines += [f"Note: {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _interval_legend(df: pd.DataFrame, shown: Sequence[Comparison]) -> list[str]:
+    """What the 'vs SimCSE' intervals count, for the kinds of interval the table holds."""
+    if not shown:
+        return []
+    counts = {v for c in shown for v in df[f"{c.prefix}ci_counts"].dropna()}
+    lines = ["vs SimCSE: ours minus SimCSE on the same PLM (the average over the compared columns, or the single "
+             "column), with a 95% confidence interval; * = the interval excludes 0."]
+    if "seeds+items" in counts:
+        lines.append("Rows with >= 2 seeds per method: the interval counts training randomness and the evaluation "
+                     "items (a two-level bootstrap resampling seeds, paired when both ran the same seeds, and items "
+                     "together; Student's t at Satterthwaite's degrees of freedom, the small-sample correction).")
+    if "items" in counts:
+        lines.append("Rows with one seed: the interval counts the evaluation items only (a paired bootstrap over "
+                     "them), not training randomness; a seed can move a score by more than it shows.")
+    return lines
 
 
 def read_results(rows: list[dict]) -> list[dict]:
