@@ -27,5 +27,6 @@ include: "rules/figures.smk"
 rule all:
     input:
         expand(OUT.TABLE_CSV, table=list(CFG["tables"])),
+        OUT.LEAKAGE_CSV,
         expand(OUT.FIGURE_PNG, figure=list(CFG.get("figures", {}))),
     default_target: True

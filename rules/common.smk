@@ -91,6 +91,12 @@ def beir_local_path(dataset):
     return str(Path(root) / dataset) if root else None
 
 
+def prepared_beir():
+    """The configured BEIR datasets already prepared: dataset -> data folder."""
+    folders = {d: OUT.path(OUT.BEIR_DATA, dataset=d) for d in CFG["evaluation"]["beir"]["datasets"]}
+    return {d: folder for d, folder in folders.items() if Path(folder).is_dir()}
+
+
 def figure_entries(figure):
     """[(label, experiment id, input key prefix)] in legend order."""
     ids = cselab_targets.figure_experiments(CFG, figure)

@@ -24,3 +24,29 @@ rule table:
         "../envs/report.yaml"
     script:
         "../workflow_scripts/table.py"
+
+
+# The leakage audit: how much of each evaluation set (STS, STS-B dev, transfer, BEIR queries of
+# datasets already prepared) the training corpus and each subsampled set contain.
+rule leakage_audit:
+    input:
+        unpack(lambda wc: {f"corpus{i}": path for i, path in enumerate(cselab_targets.leakage_corpora(CFG).values())}),
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        csv=report(OUT.LEAKAGE_CSV, caption="../report/table.rst", category="Tables"),
+        md=report(OUT.LEAKAGE_MD, caption="../report/table.rst", category="Tables"),
+    params:
+        corpora=cselab_targets.leakage_corpora(CFG),
+        ngram=CFG["evaluation"]["leakage"]["ngram"],
+        beir=lambda wc: prepared_beir(),
+    log:
+        OUT.job_log("tables", "table_leakage"),
+    benchmark:
+        OUT.job_benchmark("tables", "table_leakage")
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../workflow_scripts/leakage_audit.py"

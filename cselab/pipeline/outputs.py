@@ -56,6 +56,8 @@ TOKEN_CACHE = "results/cache/tokens"  # tokenised training corpora, shared by ex
 # Reporting
 TABLE_CSV = "results/{table}.csv"
 TABLE_MD = "results/{table}.md"
+LEAKAGE_CSV = "results/table_leakage.csv"  # the leakage audit (rule leakage_audit)
+LEAKAGE_MD = "results/table_leakage.md"
 FIGURE_PNG = "results/{figure}.png"
 FIGURE_CSV = "results/{figure}.csv"
 MLFLOW_STORE = "sqlite:///results/mlflow.db"

@@ -76,6 +76,19 @@ def corpus_label(cfg: dict, spec: dict) -> str:
     return label
 
 
+def leakage_corpora(cfg: dict) -> dict[str, str]:
+    """The training files the leakage audit reads, by label: the corpus and each subsampled set
+    a configured experiment trains on (a held-out split trains on part of the corpus)."""
+    out = {"corpus": outputs.CORPUS}
+    for name in cfg["experiments"]:
+        first = experiment_ids(cfg, [name])[0]
+        if is_trained(cfg, first):
+            strategy = experiment_spec(cfg, first)["training"]["subsampling"]
+            if strategy != "none":
+                out[f"subsampled ({strategy})"] = outputs.path(outputs.SUBSAMPLED, strategy=strategy)
+    return out
+
+
 def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
     """Legend label -> experiment id (the first seed of each trained experiment)."""
     return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name].get("experiments", {}).items()}

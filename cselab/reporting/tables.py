@@ -309,3 +309,19 @@ def write(df: pd.DataFrame, columns: Sequence[str], csv_path: Path, md_path: Pat
     with open_atomic(csv_path) as fh:
         df.to_csv(fh, index=False)
     write_text(md_path, to_markdown(df, columns, title, digits, comparisons, notes, extras))
+
+
+def write_leakage(rows: list[dict], csv_path: Path, md_path: Path, ngram: int) -> None:
+    """The leakage audit's table (:func:`cselab.evaluation.leakage.audit` rows) as CSV and markdown."""
+    df = pd.DataFrame(rows, columns=["corpus", "set", "sentences", "exact", "exact_pct", "ngram", "ngram_pct"])
+    with open_atomic(csv_path) as fh:
+        df.to_csv(fh, index=False)
+    lines = ["# Leakage audit: evaluation sentences found in the training corpora", "",
+             f"| corpus | evaluation set | sentences | exact | exact % | shares a {ngram}-gram | {ngram}-gram % |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.corpus} | {r.set} | {r.sentences} | {r.exact} | {r.exact_pct:.3f} | {r.ngram} | {r.ngram_pct:.3f} |"
+              for r in df.itertuples()]
+    lines += ["", "Sentences: distinct after normalisation (lower case, words only). Exact: the whole sentence is "
+              f"a line of the corpus. Shares a {ngram}-gram: at least one run of {ngram} words in common with a "
+              f"line (includes the exact ones; a sentence under {ngram} words counts only when exact)."]
+    write_text(md_path, "\n".join(lines) + "\n")

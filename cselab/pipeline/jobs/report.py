@@ -36,6 +36,26 @@ def table(smk) -> None:
         r.log_artifact(smk.output.md)
 
 
+def leakage_audit(smk) -> None:
+    """The leakage audit (:mod:`cselab.evaluation.leakage`): one row per (training corpus,
+    evaluation set), written as a table; the largest shares are the run's metrics."""
+    from cselab.evaluation.leakage import audit, evaluation_sets
+    from cselab.reporting.tables import write_leakage
+
+    corpora, n = smk.params.corpora, smk.params.ngram
+    with run(smk, params={"ngram": n, "corpora": corpora, "beir": sorted(smk.params.beir)},
+             label="table_leakage") as r:
+        sets = evaluation_sets(senteval_root(smk.input.senteval), {d: Path(p) for d, p in smk.params.beir.items()})
+        rows = audit({label: Path(path) for label, path in corpora.items()}, sets, n)
+        write_leakage(rows, Path(smk.output.csv), Path(smk.output.md), n)
+        for label in corpora:
+            mine = [row for row in rows if row["corpus"] == label]
+            r.log_metrics({f"{label}.max_exact_pct": max(row["exact_pct"] for row in mine),
+                           f"{label}.max_ngram_pct": max(row["ngram_pct"] for row in mine)})
+        r.log_artifact(smk.output.csv)
+        r.log_artifact(smk.output.md)
+
+
 def figure(smk) -> None:
     """A figure (config ``figures``): its kind's draw function on the inputs the kind reads; the
     PNG plus the CSV it was drawn from."""
