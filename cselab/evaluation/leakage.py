@@ -56,13 +56,13 @@ class Index:
         self.n, self.names = n, list(sets)
         self.sentences: list[tuple[str, ...]] = []
         self.members: list[list[int]] = []  # per distinct sentence: the sets holding it
-        seen: dict[tuple[str, ...], int] = {}
+        self.index_of: dict[tuple[str, ...], int] = {}  # a normalised sentence's place in ``sentences``
         for k, name in enumerate(self.names):
             for sentence in sets[name]:
                 tokens = words(sentence)
                 if not tokens:
                     continue
-                i = seen.setdefault(tokens, len(self.sentences))
+                i = self.index_of.setdefault(tokens, len(self.sentences))
                 if i == len(self.sentences):
                     self.sentences.append(tokens)
                     self.members.append([])
@@ -76,11 +76,10 @@ class Index:
     def scan(self, lines: Iterable[str]) -> tuple[set[int], set[int]]:
         """The distinct evaluation sentences found exactly, and by n-gram, in ``lines``."""
         exact, overlap = set(), set()
-        whole = {tokens: i for i, tokens in enumerate(self.sentences)}
         for line in lines:
             tokens = words(line)
-            if tokens in whole:
-                exact.add(whole[tokens])
+            if tokens in self.index_of:
+                exact.add(self.index_of[tokens])
             for g in grams(tokens, self.n):
                 hits = self.by_gram.get(g)
                 if hits:

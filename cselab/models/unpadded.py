@@ -20,6 +20,8 @@ the choice is part of an experiment's spec.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -113,12 +115,12 @@ def _layer(layer: nn.Module, x: torch.Tensor, packing: Packing, first_only: bool
         q, k, v = packing.pad(qkv).view(b, n, 3, heads, size).transpose(1, 3).unbind(2)
         residual = x
     context = _attention(sa, q, k, v, packing.keys).transpose(1, 2).reshape(-1, heads * size)
-    if not first_only:
-        context = context.index_select(0, packing.index)
-        hidden = layer.attention.output(context, residual)
-        return layer.output(layer.intermediate(hidden), hidden)
-    first = torch.arange(b, device=x.device)
-    with keyed.tokens(first, torch.zeros_like(first)):  # the first token of each sentence
+    if first_only:  # the rows are the first token of each sentence
+        first = torch.arange(b, device=x.device)
+        tokens = keyed.tokens(first, torch.zeros_like(first))
+    else:
+        context, tokens = context.index_select(0, packing.index), contextlib.nullcontext()
+    with tokens:
         hidden = layer.attention.output(context, residual)
         return layer.output(layer.intermediate(hidden), hidden)
 

@@ -91,8 +91,7 @@ class Runner:
 
     def run(self, fn: Callable, *inputs: Any, **kwargs) -> Any:
         """``fn(*inputs, **kwargs)`` under keyed dropout; ``inputs`` with one row per leading
-        index are the rows (chunked together); the outputs have one row per input row, or one
-        per chunk for a sum over the chunk's rows."""
+        index are the rows (chunked together); the outputs have one row per input row."""
         if self.seed is None:  # outside a training step (a method called directly): torch's dropout
             return fn(*inputs, **kwargs)
         rows = inputs[0].size(0)
@@ -137,11 +136,5 @@ class Runner:
         _set_rng_state(rng)
         with keyed.keys(run.keys[part]):
             out = _as_tuple(run.fn(*(_slice(x, run.rows, part) for x in run.inputs), **run.kwargs))
-        pairs = [(o, g[part] if g.size(0) == run.rows else g[self._index(part)])
-                 for o, g in zip(out, grads) if g is not None]
+        pairs = [(o, g[part]) for o, g in zip(out, grads) if g is not None]
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs], retain_graph=True)
-
-    def _index(self, part: slice) -> slice:
-        """A per-chunk output's row for chunk ``part``."""
-        k = part.start // self.chunk_size
-        return slice(k, k + 1)

@@ -95,7 +95,7 @@ class Context:
         """A network run over rows (``inputs`` with one row per leading index): every run of a
         method's trained networks goes through here, so its dropout is keyed by row and a
         large batch can be cached in chunks (:mod:`cselab.training.chunks`). ``fn`` returns one
-        row per input row, or a sum over its rows as one row."""
+        row per input row."""
         return self.runner.run(fn, *inputs, **kwargs)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
