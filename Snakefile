@@ -28,5 +28,7 @@ rule all:
     input:
         expand(OUT.TABLE_CSV, table=list(CFG["tables"])),
         OUT.LEAKAGE_CSV,
+        OUT.SEED_POWER_CSV,
+        OUT.PROTOCOLS_CSV,
         expand(OUT.FIGURE_PNG, figure=list(CFG.get("figures", {}))),
     default_target: True

@@ -5,6 +5,7 @@
 rule table:
     input:
         results=lambda wc: [f for files in cselab_targets.table_inputs(CFG, wc.table).values() for f in files],
+        summaries=lambda wc: cselab_targets.table_summaries(CFG, wc.table),
     output:
         csv=report(OUT.TABLE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.TABLE_MD, caption="../report/table.rst", category="Tables"),
@@ -50,3 +51,58 @@ rule leakage_audit:
         "../envs/report.yaml"
     script:
         "../workflow_scripts/leakage_audit.py"
+
+
+# The seed planner: variance components (seed, item) and the smallest difference each number of
+# seeds detects, from the runs of evaluation.seed_power.table.
+rule seed_power:
+    input:
+        pairs=lambda wc: [f for by_metric in cselab_targets.seed_power_inputs(CFG).values()
+                          for files in by_metric.values() for f in files],
+    output:
+        csv=report(OUT.SEED_POWER_CSV, caption="../report/table.rst", category="Tables"),
+        md=OUT.SEED_POWER_MD,
+        png=report(OUT.SEED_POWER_PNG, caption="../report/figure.rst", category="Figures"),
+    params:
+        options=CFG["evaluation"]["seed_power"],
+        inputs=lambda wc: cselab_targets.seed_power_inputs(CFG),
+        baseline=lambda wc: cselab_targets.seed_power_baseline(CFG),
+        bootstrap=CFG["evaluation"]["bootstrap"],
+    log:
+        OUT.job_log("tables", "seed_power"),
+    benchmark:
+        OUT.job_benchmark("tables", "seed_power")
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../workflow_scripts/seed_power.py"
+
+
+# Protocol sensitivity: every checkpoint of evaluation.protocols.table scored under each
+# aggregation, pooler, truncation and STS-B split the literature uses.
+rule protocol_table:
+    input:
+        models=lambda wc: list(cselab_targets.protocol_checkpoints(CFG).values()),
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        csv=report(OUT.PROTOCOLS_CSV, caption="../report/table.rst", category="Tables"),
+        md=OUT.PROTOCOLS_MD,
+    params:
+        options=CFG["evaluation"]["protocols"],
+        checkpoints=lambda wc: cselab_targets.protocol_checkpoints(CFG),
+        batch_size=CFG["evaluation"]["batch_size"],
+    log:
+        OUT.job_log("tables", "table_protocols"),
+    benchmark:
+        OUT.job_benchmark("tables", "table_protocols")
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../envs/evaluate.yaml"
+    script:
+        "../workflow_scripts/protocol_table.py"

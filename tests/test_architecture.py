@@ -61,7 +61,7 @@ def test_each_kind_is_declared_once_and_the_schema_enumerates_them():
     assert entry["figures"]["properties"]["kind"]["enum"] == sorted(figure_kinds())
     on_disk = json.loads((PACKAGE / "schema" / "config.schema.json").read_text())
     figure = on_disk["properties"]["figures"]["additionalProperties"]
-    assert set(figure["properties"]) == {"kind", "title", "experiments"}  # the kinds' options live with them
+    assert set(figure["properties"]) == {"kind", "title", "experiments", "table"}  # the kinds' options live with them
     for kind in figure_kinds().values():
         assert all("default" in prop or kind.name == "component_sweep" for prop in kind.options.values()), kind.name
 

@@ -227,7 +227,8 @@ def test_unpadded_forward_is_part_of_the_experiment(smoke):
 OTHER_VALUE = {"checkpoint_steps": 7, "compile": True, "pad_to_multiple_of": 16, "devices": 4, "nodes": 2,
                "dist_timeout_s": 60, "log_steps": 3, "dev_batch_size": 7, "eval_steps": 11, "eval_at_end": True,
                "temperature": 0.07, "pooler": "avg", "unpadded": False, "batchnorm_stats": "per_process",
-               "chunk_size": 64}
+               "chunk_size": 64, "collapse": {"min_effective_rank": 50.0, "max_uniformity": -3.0},
+               "peak_tflops": 100.0}
 
 
 def _plan(cfg: dict) -> tuple[dict, dict]:
@@ -270,3 +271,25 @@ def test_specs_hold_what_their_jobs_use(default):
     assert {"eval_steps", "temperature", "pooler", "unpadded", "precision"} <= set(simcse)
     assert not {"log_steps", "dev_batch_size", "batchnorm_stats"} & set(simcse)
     assert cc.experiment_spec(cfg, "diffcse-bert-base-s42")["training"]["batchnorm_stats"] == "global"
+
+
+def test_a_figure_draws_a_tables_runs(smoke):
+    cfg = cc.validate(smoke)
+    assert cfg["figures"]["figure_diagnostics"]["experiments"] == {"simcse-minilm": "simcse-minilm",
+                                                                   "compcse-minilm": "compcse-minilm"}
+    assert ct.figure_inputs(cfg, "figure_diagnostics")["simcse-minilm"]["curve"].endswith("simcse-minilm-s42/curve.csv")
+    with pytest.raises(ConfigError, match="figures.figure_diagnostics.table': unknown table 'nope'"):
+        cc.validate(deep_update(smoke, {"figures": {"figure_diagnostics": {"table": "nope"}}}))
+
+
+def test_seed_planner_and_protocol_inputs(smoke):
+    cfg = cc.validate(deep_update(smoke, {"seeds": [1, 2, 3]}))
+    inputs = ct.seed_power_inputs(cfg)
+    assert list(inputs) == ["simcse-minilm", "compcse-minilm"] and ct.seed_power_baseline(cfg) == "simcse-minilm"
+    assert inputs["compcse-minilm"]["STS-B dev"] == [f"results/experiments/compcse-minilm-s{s}/stsb_dev_pairs.npz"
+                                                     for s in (1, 2, 3)]
+    checkpoints = ct.protocol_checkpoints(cfg)
+    assert list(checkpoints)[:2] == ["untrained-minilm", "simcse-minilm-s1"] and len(checkpoints) == 7
+    assert checkpoints["untrained-minilm"] == "resources/plms/minilm.json"
+    with pytest.raises(ConfigError, match="evaluation.seed_power.metrics"):
+        cc.validate(deep_update(smoke, {"evaluation": {"seed_power": {"metrics": ["STS"]}}}))

@@ -27,6 +27,29 @@ def uniformity(x: torch.Tensor) -> float:
     return torch.pdist(x, p=2).pow(2).mul(-2).exp().mean().log().item()
 
 
+def anisotropy(x: np.ndarray) -> float:
+    """Mean cosine over distinct pairs of rows (Ethayarajh, 2019): 0 for directions spread
+    evenly, 1 when every embedding points the same way. From the sum of the unit rows, so no
+    n x n matrix is formed."""
+    u = np.asarray(x, dtype=np.float64)
+    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    n = len(u)
+    total = u.sum(axis=0)
+    return float((total @ total - n) / (n * (n - 1)))
+
+
+def effective_rank(x: np.ndarray) -> float:
+    """Effective rank of the embeddings' covariance (Roy & Vetterli, 2007): exp of the entropy of
+    its eigenvalues normalised to sum 1; the embedding size for isotropic embeddings, 1 when
+    they vary along one direction only (a dimensional collapse), NaN for constant ones."""
+    centered = np.asarray(x, dtype=np.float64) - np.mean(x, axis=0)
+    eig = np.clip(np.linalg.svd(centered, compute_uv=False) ** 2, 0, None)
+    if not np.isfinite(eig).all() or eig.sum() == 0:
+        return float("nan")
+    p = eig[eig > 0] / eig.sum()
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
 def align_uniform(encode: Callable[[list[str]], np.ndarray], subset, threshold: float = 4.0) -> dict:
     """Alignment on the positive pairs (gold > threshold) and uniformity over the unique sentences."""
     embedded = encode_unique(encode, [*subset.sent1, *subset.sent2], allow_nan=True)

@@ -99,14 +99,16 @@ def spearman_on_subset(encode: Encoder, subset: Subset) -> float:
 
 
 def dev_metrics(encode: Encoder, subset: Subset) -> dict:
-    """STS-B dev Spearman x100, alignment and uniformity (CompCSE Figure 2) from one encoding
+    """STS-B dev Spearman x100, alignment and uniformity (CompCSE Figure 2), anisotropy and
+    effective rank (the training diagnostics' probe set: the dev sentences) from one encoding
     pass over ``subset``: the training loop's checkpoint-selection metrics."""
-    from cselab.evaluation.geometry import align_uniform
+    from cselab.evaluation.geometry import align_uniform, anisotropy, effective_rank
 
     embedded = encode_unique(encode, [*subset.sent1, *subset.sent2], allow_nan=True)
     geometry = align_uniform(embedded, subset)
     return {"stsb_dev_spearman": spearman_on_subset(embedded, subset), "alignment": geometry["alignment"],
-            "uniformity": geometry["uniformity"]}
+            "uniformity": geometry["uniformity"], "anisotropy": anisotropy(embedded.vectors),
+            "effective_rank": effective_rank(embedded.vectors)}
 
 
 def evaluate_stsb_dev(encode: Encoder, root: str | Path) -> dict:

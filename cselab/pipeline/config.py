@@ -85,6 +85,12 @@ def validate(config: dict) -> dict:
                                   f"{table['kind']} table needs training runs (e.g. their training head)")
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
+        if fig.get("table"):  # every experiment of a table, labelled by its name
+            if fig["table"] not in cfg["tables"]:
+                raise ConfigError(f"config key 'figures.{fname}.table': unknown table {fig['table']!r}; defined "
+                                  f"under 'tables': {', '.join(sorted(cfg['tables']))}")
+            fig["experiments"].update({e: e for e in cfg["tables"][fig["table"]]["experiments"]
+                                       if cfg["experiments"][e]["method"] != UNTRAINED})
         _check_figure(cfg, fname, fig)
     _check_training(cfg["training"], "training")  # the shared settings first: named where they are written
     for name in cfg["experiments"]:
@@ -136,7 +142,7 @@ def _check_figure(cfg: dict, fname: str, fig: dict) -> None:
 
 
 #: keys every figure has besides its kind's options
-FIGURE_KEYS = ("kind", "title", "experiments")
+FIGURE_KEYS = ("kind", "title", "experiments", "table")
 
 
 def _check_kind_options(fname: str, fig: dict, kind) -> None:
@@ -311,7 +317,7 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 #   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
 # - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
 OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
-               "log_steps", "dev_batch_size", "chunk_size")
+               "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
 USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")
 SCORING = ("eval_steps", "eval_at_end")
 

@@ -49,8 +49,14 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
         trained = spec["seed"] is not None
         options = {**full_options(spec), "subsampling": spec["training"]["subsampling"]} if trained else {}
         rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
-                     "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files})
+                     "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files,
+                     "summary": outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id) if trained else None})
     return rows
+
+
+def table_summaries(cfg: dict, name: str) -> list[str]:
+    """The training summaries of a table's trained experiments (their collapse alarms go into its notes)."""
+    return [outputs.path(outputs.TRAIN_SUMMARY, exp=e) for e in table_inputs(cfg, name) if is_trained(cfg, e)]
 
 
 def training_setting(cfg: dict, spec: dict) -> dict:
@@ -87,6 +93,32 @@ def leakage_corpora(cfg: dict) -> dict[str, str]:
             if strategy != "none":
                 out[f"subsampled ({strategy})"] = outputs.path(outputs.SUBSAMPLED, strategy=strategy)
     return out
+
+
+def seed_power_inputs(cfg: dict) -> dict[str, dict[str, list[str]]]:
+    """The seed planner's inputs (``evaluation.seed_power``): per trained experiment of its table,
+    per metric, the per-item predictions of every seed."""
+    from cselab.reporting.power import METRICS
+
+    opts = cfg["evaluation"]["seed_power"]
+    out = {}
+    for name in cfg["tables"][opts["table"]]["experiments"]:
+        ids = experiment_ids(cfg, [name])
+        if is_trained(cfg, ids[0]):
+            out[name] = {m: [outputs.path(outputs.RESULT[METRICS[m][0]], exp=e) for e in ids] for m in opts["metrics"]}
+    return out
+
+
+def seed_power_baseline(cfg: dict) -> str:
+    """The planner's baseline: ``evaluation.seed_power.baseline``, else its table's first trained experiment."""
+    return cfg["evaluation"]["seed_power"]["baseline"] or next(iter(seed_power_inputs(cfg)))
+
+
+def protocol_checkpoints(cfg: dict) -> dict[str, str]:
+    """The protocol table's checkpoints (``evaluation.protocols.table``): every seed of every
+    experiment of the table (an untrained one: its PLM), by experiment id."""
+    table = cfg["tables"][cfg["evaluation"]["protocols"]["table"]]
+    return {e: model_input(cfg, e) for e in experiment_ids(cfg, table["experiments"])}
 
 
 def figure_experiments(cfg: dict, name: str) -> dict[str, str]:

@@ -159,6 +159,17 @@ def paired_bootstrap(gold: dict[str, np.ndarray], pred_a: list[dict[str, np.ndar
     return _interval(observed, boot, confidence, paired_seeds, rng)
 
 
+def score_resamples(gold: dict[str, np.ndarray], pred_a: list[dict], pred_b: list[dict], n_boot: int = 1000,
+                    seed: int = 0, metric: str = "spearman") -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each model's per-seed scores ``(seeds,)`` and their item resamples ``(seeds, n_boot)``,
+    the same item draws for both models and every seed (what :func:`paired_bootstrap` builds its
+    intervals from; the seed planner's variance components, :mod:`cselab.reporting.power`)."""
+    rng = np.random.default_rng(seed)
+    if metric == "accuracy":
+        return _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng)
+    return _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric)
+
+
 def _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric):
     """Per model: each seed's score (mean over tasks of the correlation x100) and its item
     resamples, ``(seeds,)`` and ``(seeds, n_boot)``."""

@@ -198,6 +198,20 @@ def read_results(rows: list[dict]) -> list[dict]:
     return out
 
 
+def collapse_notes(rows: list[dict]) -> list[str]:
+    """A note for each experiment whose training raised the collapse alarm (``training.collapse``,
+    :mod:`cselab.training.diagnostics`), read from its training summary (``row["summary"]``)."""
+    notes = []
+    for row in rows:
+        if row.get("summary") and Path(row["summary"]).is_file():
+            alarms = json.loads(Path(row["summary"]).read_text()).get("collapse_alarms") or []
+            if alarms:
+                where = "; ".join(f"step {a['step']}: {a['reason']}" for a in alarms)
+                notes.append(f"collapse alarm in {row['id']} ({where}): its embeddings looked collapsed on "
+                             "STS-B dev; read its row with care.")
+    return notes
+
+
 def _methods_scores(rows: list[dict]) -> list[dict]:
     """The methods table's derived columns: the STS average and the transfer average."""
     from cselab.data.senteval import TRANSFER_TASKS
@@ -324,4 +338,36 @@ def write_leakage(rows: list[dict], csv_path: Path, md_path: Path, ngram: int) -
     lines += ["", "Sentences: distinct after normalisation (lower case, words only). Exact: the whole sentence is "
               f"a line of the corpus. Shares a {ngram}-gram: at least one run of {ngram} words in common with a "
               f"line (includes the exact ones; a sentence under {ngram} words counts only when exact)."]
+    write_text(md_path, "\n".join(lines) + "\n")
+
+
+def write_protocols(rows: list[dict], csv_path: Path, md_path: Path) -> None:
+    """The protocol-sensitivity table (:mod:`cselab.evaluation.protocols` rows with ``experiment``)
+    as CSV and markdown: every protocol's scores per checkpoint, the papers' protocol marked, and
+    each checkpoint's spread over protocols."""
+    from cselab.evaluation.sts import STS_COLUMNS
+
+    df = pd.DataFrame(rows)
+    df["truncation"] = df["truncation"].map(lambda t: "none" if t is None or pd.isna(t) else str(int(t)))
+    with open_atomic(csv_path) as fh:
+        df.to_csv(fh, index=False)
+    head = ["experiment", "pooler", "truncation", "aggregation", *STS_COLUMNS, "avg", "STS-B dev"]
+    lines = ["# Protocol sensitivity: STS (Spearman x100) of each checkpoint under the literature's protocols", "",
+             "| " + " | ".join(head) + " | protocol of |", "|" + "---|" * (len(head) + 1)]
+    for r in df.to_dict("records"):
+        cells = [str(r[c]) if isinstance(r[c], str) else f"{r[c]:.2f}" for c in head]
+        lines.append("| " + " | ".join(cells) + f" | {r['papers']} |")
+    lines += ["", "## Spread per checkpoint (STS average over every protocol)", "",
+              "| experiment | min | max | spread | papers' protocol |", "|---|---|---|---|---|"]
+    for exp, group in df.groupby("experiment", sort=False):
+        first = group.iloc[0]
+        lines.append(f"| {exp} | {first['avg_min']:.2f} | {first['avg_max']:.2f} | {first['spread']:.2f} | "
+                     f"{first['papers_avg']:.2f} |")
+    lines += ["", "Aggregation: how STS12-16's subsets combine (all: one Spearman over their concatenation; mean: "
+              "the subsets' mean; wmean: weighted by size); STS-B and SICK-R have one subset. Poolers: cls = [CLS] "
+              "through the training head (SimCSE's exported MLP; an untrained PLM: its pooler layer), "
+              "cls_before_pooler = raw final-layer [CLS], avg = mean of the final layer, avg_first_last = mean "
+              "of the embedding output and the final layer. Truncation: evaluation sentences cut at that many "
+              "tokens (none: the model's limit). STS-B dev beside the test split's STS-B column. 'protocol of': "
+              "the papers that declare the row's protocol."]
     write_text(md_path, "\n".join(lines) + "\n")

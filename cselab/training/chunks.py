@@ -70,7 +70,7 @@ class Runner:
         self.chunk_size, self.keyed = chunk_size, keyed
         self.seed: int | None = None
         self.calls = 0
-        self.sentences, self.offset = 0, 0
+        self.sentences, self.offset, self.tokens = 0, 0, 0
         self.cached: list[_Run] = []
 
     def begin(self, sentences: int, offset: int = 0) -> None:
@@ -78,6 +78,7 @@ class Runner:
         global batch; the step's seed is drawn from torch's generator."""
         self.seed = int(torch.randint(-(2 ** 62), 2 ** 62, (1,))) if self.keyed else None
         self.calls, self.sentences, self.offset, self.cached = 0, sentences, offset, []
+        self.tokens = 0  # real tokens the encoder ran in this (micro-)batch (Context.encode counts them)
 
     def row_keys(self, rows: int, device: torch.device) -> torch.Tensor:
         """One key per row of the next run: ``rows`` is a whole number of views of the micro-batch

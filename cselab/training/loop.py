@@ -47,6 +47,7 @@ from cselab.io import link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
+from cselab.training import diagnostics
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
 from cselab.training.methods import build_objective
@@ -69,16 +70,20 @@ class Window:
 
     def __init__(self):
         self.sums: dict[str, torch.Tensor | float] = {}
-        self.steps = self.sentences = 0
+        self.steps = self.sentences = self.tokens = self.encoded = 0
         self.start = time.perf_counter()
 
-    def add(self, values: dict, sentences: int, weight: float = 1.0, step_end: bool = True) -> None:
-        """Add one batch's values (``weight``: its share of the step, for micro-batches)."""
+    def add(self, values: dict, sentences: int, weight: float = 1.0, step_end: bool = True, tokens: int = 0,
+            encoded: int = 0) -> None:
+        """Add one batch's values (``weight``: its share of the step, for micro-batches), its
+        sentences and real tokens (the global batch's) and the tokens this process's encoder ran."""
         for key, value in values.items():
             value = (value.detach().float() if isinstance(value, torch.Tensor) else float(value)) * weight
             self.sums[key] = self.sums[key] + value if key in self.sums else value
         self.steps += step_end
         self.sentences += sentences
+        self.tokens += tokens
+        self.encoded += encoded
 
     def _reduced(self) -> dict[str, float]:
         """The sums averaged over processes (one collective and one device sync)."""
@@ -92,13 +97,15 @@ class Window:
     def state(self) -> dict:
         """Plain floats averaged over processes, so a checkpoint loads on any device and any
         number of processes (every process must call it)."""
-        return {"sums": self._reduced(), "steps": self.steps, "sentences": self.sentences}
+        return {"sums": self._reduced(), "steps": self.steps, "sentences": self.sentences, "tokens": self.tokens,
+                "encoded": self.encoded}
 
     @classmethod
     def restore(cls, state: dict | None) -> "Window":
         window = cls()
         if state:
             window.sums, window.steps, window.sentences = state["sums"], state["steps"], state["sentences"]
+            window.tokens, window.encoded = state.get("tokens", 0), state.get("encoded", 0)
         return window
 
     def means(self) -> dict[str, float]:
@@ -129,6 +136,8 @@ class TrainResult:
     sentences_per_s: float
     curve: list[dict] = field(repr=False, default_factory=list)
     resumed_from: int = 0
+    tokens_per_s: float = float("nan")
+    alarms: list[dict] = field(default_factory=list)  # collapse alarms: {"step", "reason"}
 
 
 @dataclass
@@ -146,6 +155,8 @@ class LoopState:
     next_start: int = 0                # the next batch's offset in it
     curve: list[dict] = field(default_factory=list)
     window: dict | None = None         # the open logging window (Window.state())
+    tokens: int = 0                    # real tokens trained on
+    alarms: list[dict] = field(default_factory=list)  # collapse alarms (cselab.training.diagnostics)
 
 
 @dataclass
@@ -192,6 +203,8 @@ class Trainer:
         self.corpus = tokenize(sentences)
         self.objective.attach_corpus(sentences, self.corpus, tokenize)
         self.schedule = self._schedule(corpus_path)
+        self.peak = diagnostics.peak_flops(self.dev, t.get("peak_tflops"))
+        self.encoder_parameters = sum(p.numel() for p in self.encoder.parameters())
 
     def _schedule(self, corpus_path: Path) -> Schedule:
         t, n = self.t, len(self.corpus)
@@ -317,6 +330,11 @@ class Trainer:
         metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
         score, s = metrics["stsb_dev_spearman"], self.state
         log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
+        alarm = diagnostics.collapse_alarm(metrics, self.t.get("collapse") or {}) if s.step > 0 else None
+        if alarm:
+            log.warning("collapse alarm at step %d: %s (training.collapse)", s.step, alarm)
+            s.alarms.append({"step": s.step, "reason": alarm})
+            metrics["collapse_alarm"] = 1.0
         self.record({"step": s.step, "epoch": s.epoch, **metrics})
         if keep and not math.isnan(score) and score > s.best_dev:
             s.best_step, s.best_dev = s.step, score
@@ -335,6 +353,7 @@ class Trainer:
                 # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
                 batch = {**to_device(self.corpus.batch(local, pad_id, multiple), self.dev), "index": local,
                          "lengths": self.corpus.lengths[local]}
+                duplicates = diagnostics.duplicate_rate(self.corpus.batch(micro_index, pad_id)["input_ids"])
             with record_function("cselab.prepare"), torch.no_grad():
                 batch = self.objective.prepare(batch)
             runner.begin(len(local), D.shard_offset())
@@ -344,8 +363,9 @@ class Trainer:
                     loss, terms, scalars = self.trainable(batch)
                 with record_function("cselab.backward"), self.precision.autocast():  # replayed chunks: autocast
                     runner.backward(loss / accumulate if accumulate > 1 else loss, self.precision.backward)
-            window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars},
-                       len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1)
+            window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars,
+                        "duplicate_rate": duplicates}, len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1,
+                       tokens=int(self.corpus.lengths[micro_index].sum()), encoded=runner.tokens)
         if not isinstance(self.trainable, nn.parallel.DistributedDataParallel):
             D.average_gradients(self.params)  # gradient caching on several processes (no DDP)
         with record_function("cselab.optimizer"):
@@ -361,8 +381,12 @@ class Trainer:
         if not math.isfinite(means["loss"]):
             raise FloatingPointError(f"loss became {means['loss']} by step {s.step}; lower training.lr")
         s.train_time += window.seconds
-        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": self.scheduler.get_last_lr()[0],
-                     "sentences_per_s": window.sentences / window.seconds})
+        s.tokens += window.tokens
+        speed = {"sentences_per_s": window.sentences / window.seconds, "tokens_per_s": window.tokens / window.seconds}
+        utilisation = diagnostics.mfu(self.encoder_parameters, window.encoded / window.seconds, self.peak)
+        if utilisation is not None:
+            speed["mfu"] = utilisation
+        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": self.scheduler.get_last_lr()[0], **speed})
         return Window()
 
     def run_epochs(self, checkpoints: Checkpoints | None) -> None:
@@ -468,7 +492,8 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     s = run.state
     return TrainResult(best_step=s.best_step, best_dev=s.best_dev, steps=s.step, train_seconds=s.train_time,
                        sentences_per_s=s.seen / s.train_time if s.train_time else float("nan"), curve=s.curve,
-                       resumed_from=resumed_from)
+                       resumed_from=resumed_from, tokens_per_s=s.tokens / s.train_time if s.train_time else math.nan,
+                       alarms=s.alarms)
 
 
 def _device(device: str | None) -> torch.device:

@@ -31,7 +31,8 @@ def table(smk) -> None:
             for _, row in df.iterrows():
                 r.log_metrics({f"{row['experiment']}.avg": row["Avg"]})
         tables.write(df, columns, smk.output.csv, smk.output.md, spec.get("title", spec["name"]),
-                     tables.TABLE_KINDS[spec["kind"]].digits, comparisons, spec.get("notes", []), extras)
+                     tables.TABLE_KINDS[spec["kind"]].digits, comparisons,
+                     [*spec.get("notes", []), *tables.collapse_notes(rows)], extras)
         r.log_artifact(smk.output.csv)
         r.log_artifact(smk.output.md)
 
@@ -52,6 +53,48 @@ def leakage_audit(smk) -> None:
             mine = [row for row in rows if row["corpus"] == label]
             r.log_metrics({f"{label}.max_exact_pct": max(row["exact_pct"] for row in mine),
                            f"{label}.max_ngram_pct": max(row["ngram_pct"] for row in mine)})
+        r.log_artifact(smk.output.csv)
+        r.log_artifact(smk.output.md)
+
+
+def seed_power(smk) -> None:
+    """The seed planner (:mod:`cselab.reporting.power`): variance components and detectable
+    differences from the runs of ``evaluation.seed_power.table``."""
+    from cselab.reporting.power import plan, write_seed_power
+    from cselab.reporting.stats import load_pairs
+
+    opts, boot = smk.params.options, smk.params.bootstrap
+    with run(smk, params={"seed_power": opts, "baseline": smk.params.baseline}, label="seed_power") as r:
+        experiments = {name: {m: [load_pairs(f) for f in files] for m, files in by_metric.items()}
+                       for name, by_metric in smk.params.inputs.items()}
+        rows = plan(experiments, smk.params.baseline, opts["metrics"], opts["max_seeds"], opts["differences"],
+                    power=opts["power"], n_boot=boot["n_boot"], seed=boot["seed"])
+        write_seed_power(rows, smk.output.csv, smk.output.md, smk.output.png, opts["max_seeds"], opts["differences"],
+                         opts["power"])
+        for row in rows:
+            r.log_metrics({f"{row['experiment']}.{row['metric']}.seed_std": row["seed_std"],
+                           f"{row['experiment']}.{row['metric']}.mde_3": row["mde_3"]})
+        for out in (smk.output.csv, smk.output.md, smk.output.png):
+            r.log_artifact(out)
+
+
+def protocol_table(smk) -> None:
+    """Protocol sensitivity (:mod:`cselab.evaluation.protocols`): every checkpoint of
+    ``evaluation.protocols.table`` under every protocol, one forward per sentence and truncation."""
+    from cselab.evaluation.protocols import checkpoint_protocols, spread
+    from cselab.models.checkpoints import model_path
+    from cselab.reporting.tables import write_protocols
+
+    opts, root = smk.params.options, senteval_root(smk.input.senteval)
+    with run(smk, params={"protocols": opts}, label="table_protocols") as r:
+        rows = []
+        for exp_id, model in smk.params.checkpoints.items():
+            mine = checkpoint_protocols(model_path(model), root, [None, opts["truncation"]],
+                                        smk.params.batch_size)
+            summary = spread(mine)
+            rows += [{"experiment": exp_id, **row, **summary} for row in mine]
+            r.log_metrics({f"{exp_id}.spread": summary["spread"], f"{exp_id}.papers_avg": summary["papers_avg"]})
+        write_protocols(rows, Path(smk.output.csv), Path(smk.output.md))
         r.log_artifact(smk.output.csv)
         r.log_artifact(smk.output.md)
 

@@ -89,13 +89,32 @@ def _summary(result, r, scored: bool) -> dict:
     metrics = {"train_seconds": result.train_seconds, "train_sentences_per_s": result.sentences_per_s,
                "resumed_from_step": result.resumed_from}
     summary = {"steps": result.steps, "train_seconds": result.train_seconds,
-               "sentences_per_s": result.sentences_per_s, "resumed_from_step": result.resumed_from}
+               "sentences_per_s": result.sentences_per_s, "tokens_per_s": result.tokens_per_s,
+               "resumed_from_step": result.resumed_from, "diagnostics": last_diagnostics(result.curve),
+               "collapse_alarms": result.alarms}
+    metrics["train_tokens_per_s"] = result.tokens_per_s
+    if result.alarms:  # never silent: the run's tag, the summary, the tables' notes
+        r.set_tags({COLLAPSE_TAG: "; ".join(f"step {a['step']}: {a['reason']}" for a in result.alarms)})
     if scored:
         best = None if math.isnan(result.best_dev) else result.best_dev
         metrics.update(best_stsb_dev_spearman=best, best_step=result.best_step)
         summary.update(best_step=result.best_step, stsb_dev_spearman=best)
     r.log_metrics({k: v for k, v in metrics.items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
     return {**summary, "mlflow_run_id": r.run_id}
+
+
+#: the MLflow tag of a run whose dev metrics looked like a collapse (training.collapse)
+COLLAPSE_TAG = "cselab.collapse_alarm"
+DIAGNOSTICS = ("view_cosine", "duplicate_rate", "tokens_per_s", "mfu", "anisotropy", "effective_rank", "alignment",
+               "uniformity")
+
+
+def last_diagnostics(curve: list[dict]) -> dict:
+    """Each training diagnostic's last logged value (:mod:`cselab.training.diagnostics`)."""
+    out = {}
+    for row in curve:
+        out.update({k: row[k] for k in DIAGNOSTICS if row.get(k) is not None and not math.isnan(row[k])})
+    return out
 
 
 def train(smk) -> None:

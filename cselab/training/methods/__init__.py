@@ -38,6 +38,7 @@ from cselab.data.tokens import TokenizedCorpus
 from cselab.errors import ConfigError, check_schema
 from cselab.models import keyed
 from cselab.training.chunks import Runner
+from cselab.training.diagnostics import view_cosine
 
 _REGISTRY: dict[str, type["Method"]] = {}
 _SCANNED = False
@@ -100,7 +101,9 @@ class Context:
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """The encoder's pooled embeddings of these rows, as a run (:meth:`run`)."""
+        """The encoder's pooled embeddings of these rows, as a run (:meth:`run`); their real
+        tokens are counted (``runner.tokens``: the MFU diagnostic's work)."""
+        self.runner.tokens += int(lengths.sum()) if lengths is not None else attention_mask.numel()
         return self.runner.run(self.encoder, input_ids, attention_mask, lengths)
 
     @property
@@ -306,6 +309,8 @@ class Objective(nn.Module):
                 terms[f"{name}.{key}" if key in terms else key] = value
                 total = weight * value if total is None else total + weight * value
             scalars.update(out.scalars)
+        if "view_cosine" in shared:  # a training diagnostic (cselab.training.diagnostics)
+            scalars.setdefault("view_cosine", shared["view_cosine"])
         terms["total"] = total
         return total, terms, scalars
 
@@ -313,12 +318,14 @@ class Objective(nn.Module):
 def dropout_views(ctx: Context, head: nn.Module, batch: dict, shared: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Unsupervised SimCSE's positives: the batch encoded twice in one pass (dropout differs per
     row), through ``head``; returns the two views and publishes them in ``shared`` (``input_ids``
-    and ``attention_mask`` of both views, ``pooled`` before the head, ``projected`` after it)."""
+    and ``attention_mask`` of both views, ``pooled`` before the head, ``projected`` after it, and
+    the views' mean cosine ``view_cosine``, a diagnostic)."""
     n = batch["input_ids"].size(0)
     ids, mask = batch["input_ids"].repeat(2, 1), batch["attention_mask"].repeat(2, 1)
     pooled = ctx.encode(ids, mask, repeat_lengths(batch.get("lengths"), 2))
     z = head(pooled)
-    shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z)
+    shared.update(input_ids=ids, attention_mask=mask, pooled=pooled, projected=z,
+                  view_cosine=view_cosine(z[:n], z[n:]))
     return z[:n], z[n:]
 
 

@@ -18,6 +18,7 @@ from torch import nn
 from cselab.errors import ConfigError
 from cselab.data.tokens import TokenizedCorpus, to_device
 from cselab.models.heads import HEADS, init_linear, make_head
+from cselab.training.diagnostics import view_cosine
 from cselab.training.losses import info_nce
 from cselab.training.methods import Method, Output, option, repeat_lengths
 
@@ -204,4 +205,5 @@ class CompCSE(Method):
                           pooled=pooled, projected=full)
             composed = self.compose(batch)[0]
             anchor, positive = (full, composed) if mode == "z+" else (composed, full)
+        shared["view_cosine"] = view_cosine(anchor, positive)
         return Output({"contrastive": info_nce(anchor, positive, self.temperature, self.options.d0)})
