@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from cselab.evaluation import sts
 from cselab.evaluation.geometry import align_uniform
 from cselab.evaluation.sts import dev_metrics
-from cselab.training.loop import train
+from cselab.training.loop import TIMING_FIELDS, train
 from tests.helpers import make_corpus
 from tests.test_train import spec_for
 
@@ -32,7 +32,7 @@ SUBSET = SimpleNamespace(
 SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from cselab.training.loop import train
+from cselab.training.loop import TIMING_FIELDS, train
 
 spec, corpus, out, hang_at = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 probe = json.loads(sys.argv[5])
@@ -67,7 +67,7 @@ def resume_spec(tiny_bert, objective="simcse", **training):
 
 def curve_rows(out: Path) -> list[dict]:
     """curve.csv without its timing column."""
-    return [{k: v for k, v in r.items() if k != "sentences_per_s"} for r in csv.DictReader((out / "curve.csv").open())]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in csv.DictReader((out / "curve.csv").open())]
 
 
 def weights(model_dir: Path) -> dict:
@@ -193,7 +193,7 @@ def test_dev_metrics_encode_once(tiny_encoder, monkeypatch):
     monkeypatch.setattr(tiny_encoder, "encode", lambda s, **kw: calls.append(len(s)) or encode(s, **kw))
     out = dev_metrics(partial(tiny_encoder.encode, batch_size=4), SUBSET)
     assert calls == [8]  # the unique sentences, once
-    assert set(out) == {"stsb_dev_spearman", "alignment", "uniformity"}
+    assert set(out) == {"stsb_dev_spearman", "alignment", "uniformity", "anisotropy", "effective_rank"}
     direct = lambda s: encode(s, batch_size=4)  # noqa: E731
     assert out["stsb_dev_spearman"] == sts.spearman_on_subset(direct, SUBSET)
     geometry = align_uniform(direct, SUBSET)

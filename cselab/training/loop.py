@@ -56,6 +56,8 @@ from cselab.training.numerics import Precision, linear_schedule, make_optimizer,
 log = logging.getLogger(__name__)
 
 CURVE_FIELDS = ["step", "epoch", "loss", "lr", "stsb_dev_spearman", "sentences_per_s"]
+#: the curve's wall-clock columns: the only ones two runs of the same experiment may differ in
+TIMING_FIELDS = ("sentences_per_s", "tokens_per_s", "mfu")
 DevScore = Callable[[SentenceEncoder], "float | dict"]
 
 
