@@ -293,3 +293,13 @@ def test_seed_planner_and_protocol_inputs(smoke):
     assert checkpoints["untrained-minilm"] == "resources/plms/minilm.json"
     with pytest.raises(ConfigError, match="evaluation.seed_power.metrics"):
         cc.validate(deep_update(smoke, {"evaluation": {"seed_power": {"metrics": ["STS"]}}}))
+
+
+@pytest.mark.parametrize("patch,message", [
+    ({"seed_power": {"table": "nope"}}, "evaluation.seed_power.table': unknown table 'nope'"),
+    ({"protocols": {"table": "nope"}}, "evaluation.protocols.table': unknown table 'nope'"),
+    ({"seed_power": {"baseline": "diffcse-minilm"}}, "evaluation.seed_power.baseline': 'diffcse-minilm' is not"),
+])
+def test_report_tables_are_named_clearly(smoke, patch, message):
+    with pytest.raises(ConfigError, match=message):
+        cc.validate(deep_update(smoke, {"evaluation": patch}))

@@ -83,6 +83,7 @@ def validate(config: dict) -> dict:
             if TABLE_KINDS[table["kind"]].trained_only and cfg["experiments"][exp]["method"] == UNTRAINED:
                 raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': {exp!r} is untrained; a "
                                   f"{table['kind']} table needs training runs (e.g. their training head)")
+    _check_table_reports(cfg)
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
         if fig.get("table"):  # every experiment of a table, labelled by its name
@@ -99,6 +100,20 @@ def validate(config: dict) -> dict:
         _check_training({**cfg["training"], **stage.get("training", {})}, f"pretraining.{name}.training")
     _resolve_data_dir(cfg)
     return cfg
+
+
+def _check_table_reports(cfg: dict) -> None:
+    """The seed planner and the protocol table name a configured table (the planner's baseline:
+    one of its experiments)."""
+    for key in ("seed_power", "protocols"):
+        table = cfg["evaluation"][key]["table"]
+        if table not in cfg["tables"]:
+            raise ConfigError(f"config key 'evaluation.{key}.table': unknown table {table!r}; defined under "
+                              f"'tables': {', '.join(sorted(cfg['tables']))}")
+    opts = cfg["evaluation"]["seed_power"]
+    if opts["baseline"] and opts["baseline"] not in cfg["tables"][opts["table"]]["experiments"]:
+        raise ConfigError(f"config key 'evaluation.seed_power.baseline': {opts['baseline']!r} is not an experiment "
+                          f"of table {opts['table']!r}: {', '.join(cfg['tables'][opts['table']]['experiments'])}")
 
 
 def _check_training(training: dict, where: str) -> None:

@@ -353,9 +353,11 @@ class Trainer:
             with record_function("cselab.batch"):
                 local = D.shard(micro_index)
                 # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
-                batch = {**to_device(self.corpus.batch(local, pad_id, multiple), self.dev), "index": local,
-                         "lengths": self.corpus.lengths[local]}
-                duplicates = diagnostics.duplicate_rate(self.corpus.batch(micro_index, pad_id)["input_ids"])
+                host = self.corpus.batch(local, pad_id, multiple)
+                # duplicates over the whole micro-batch (every process's rows): one process has it already
+                whole = host if world == 1 else self.corpus.batch(micro_index, pad_id)
+                duplicates = diagnostics.duplicate_rate(whole["input_ids"])
+                batch = {**to_device(host, self.dev), "index": local, "lengths": self.corpus.lengths[local]}
             with record_function("cselab.prepare"), torch.no_grad():
                 batch = self.objective.prepare(batch)
             runner.begin(len(local), D.shard_offset())
