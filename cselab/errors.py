@@ -22,6 +22,10 @@ class ModelError(CselabError):
     """A model that cannot be resolved or loaded."""
 
 
+class ExportError(CselabError):
+    """An export that cannot be built or shared (no card, no token, no repository id)."""
+
+
 class TrackingError(CselabError):
     """The MLflow tracking server cannot be reached (names the server and the ways out)."""
 
