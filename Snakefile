@@ -22,6 +22,7 @@ include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/figures.smk"
+include: "rules/export.smk"
 
 
 rule all:

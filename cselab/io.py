@@ -107,3 +107,10 @@ def quiet_third_party_loggers() -> None:
 
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured Markdown table (cells as given, ``str``-ed)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 import math
 import os
 from pathlib import Path
+import shlex
 import sys
 import time
 import uuid
@@ -16,7 +17,7 @@ from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import outputs as OUT
 from cselab.pipeline import targets as cselab_targets
-from cselab.pipeline.tracking import INVOCATION_ENV
+from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
 try:
     CFG = cselab_config.validate(config)
@@ -26,6 +27,8 @@ except CselabError as e:
 # One id per snakemake invocation, inherited by its jobs (and by SLURM jobs, which re-read this
 # file with the submitting environment): every MLflow run of the invocation is tagged with it.
 os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
+# and its command line, which a model card quotes as the command that reproduces it
+os.environ.setdefault(COMMAND_ENV, shlex.join(["snakemake", *sys.argv[1:]]))
 
 # every SentEval task, whatever the tables need: the manifest is an input of training (STS-B dev)
 # and must not change when a table is added
@@ -83,6 +86,11 @@ def training_inputs(spec):
 
 def model_input(wildcards):
     return cfg_call(cselab_targets.model_input, wildcards.exp)
+
+
+def mteb_sources(exp):
+    """(kind, result file, data manifest) of an experiment's MTEB result files."""
+    return cfg_call(cselab_targets.mteb_sources, exp)
 
 
 def beir_local_path(dataset):

@@ -84,6 +84,7 @@ def validate(config: dict) -> dict:
                 raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': {exp!r} is untrained; a "
                                   f"{table['kind']} table needs training runs (e.g. their training head)")
     _check_table_reports(cfg)
+    _check_export(cfg)
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
         if fig.get("table"):  # every experiment of a table, labelled by its name
@@ -114,6 +115,18 @@ def _check_table_reports(cfg: dict) -> None:
     if opts["baseline"] and opts["baseline"] not in cfg["tables"][opts["table"]]["experiments"]:
         raise ConfigError(f"config key 'evaluation.seed_power.baseline': {opts['baseline']!r} is not an experiment "
                           f"of table {opts['table']!r}: {', '.join(cfg['tables'][opts['table']]['experiments'])}")
+
+
+def _check_export(cfg: dict) -> None:
+    """The exported tables and the MTEB check's experiments are configured ones."""
+    for table in cfg["export"]["tables"] or []:
+        if table not in cfg["tables"]:
+            raise ConfigError(f"config key 'export.tables': unknown table {table!r}; defined under "
+                              f"'tables': {', '.join(sorted(cfg['tables']))}")
+    for name in cfg["export"]["mteb_check"]["experiments"]:
+        if name not in cfg["experiments"]:
+            raise ConfigError(f"config key 'export.mteb_check.experiments': unknown experiment {name!r} "
+                              f"(defined under 'experiments')")
 
 
 def _check_training(training: dict, where: str) -> None:

@@ -64,6 +64,16 @@ SEED_POWER_PNG = "results/seed_power.png"
 PROTOCOLS_CSV = "results/table_protocols.csv"  # protocol sensitivity (rule protocol_table)
 PROTOCOLS_MD = "results/table_protocols.md"
 FIGURE_PNG = "results/{figure}.png"
+# Sharing (target `exports`): MTEB result files, MTEB's evaluator beside ours, the model card,
+# ONNX, the export folder (sentence-transformers files + README.md card + onnx/model.onnx), push
+MTEB_DIR = "results/mteb/{exp}"
+MTEB_CHECK_CSV = "results/mteb_check.csv"
+MTEB_CHECK_MD = "results/mteb_check.md"
+CARD = "results/cards/{exp}.md"
+ONNX = "results/onnx/{exp}/model.onnx"
+ONNX_CHECK = "results/onnx/{exp}/check.json"
+EXPORT = "results/export/{exp}"
+PUSH_RECEIPT = "results/hub/{exp}.json"
 FIGURE_CSV = "results/{figure}.csv"
 MLFLOW_STORE = "sqlite:///results/mlflow.db"
 

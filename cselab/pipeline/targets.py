@@ -157,3 +157,53 @@ def heldout_file(cfg: dict, name: str) -> str | None:
     if not figure_kinds()[fig["kind"]].heldout:
         return None
     return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=fig["holdout"])
+
+
+# -- sharing: MTEB result files, model cards, ONNX, export folders (target `exports`) -----------
+
+def export_experiments(cfg: dict) -> list[str]:
+    """The experiment ids of ``export.tables`` (every table when null), in table order."""
+    tables = cfg["export"]["tables"] or list(cfg["tables"])
+    return list(dict.fromkeys(e for t in tables for e in table_inputs(cfg, t)))
+
+
+def mteb_sources(cfg: dict, exp_id: str) -> list[tuple[str, str, str]]:
+    """(kind, result file, data manifest) of what goes into ``results/mteb/<exp>/``: its STS
+    evaluation always; its transfer and BEIR evaluations where they have been computed (a table
+    that reads them built them). One computed later changes the rule's input set, which reruns it."""
+    sources = [("sts", outputs.path(outputs.RESULT["sts"], exp=exp_id), outputs.SENTEVAL_MANIFEST)]
+    transfer = outputs.path(outputs.RESULT["transfer"], exp=exp_id)
+    if Path(transfer).is_file():
+        sources.append(("transfer", transfer, outputs.SENTEVAL_MANIFEST))
+    for d in cfg["evaluation"]["beir"]["datasets"]:
+        beir = outputs.path(outputs.RESULT["beir"], exp=exp_id, dataset=d)
+        if Path(beir).is_file():
+            sources.append(("beir", beir, outputs.path(outputs.BEIR_MANIFEST, dataset=d)))
+    return sources
+
+
+def card_inputs(cfg: dict, exp_id: str) -> dict[str, str]:
+    """What a trained experiment's model card reads: checkpoint, training summary, STS (with
+    per-item predictions), STS-B dev, transfer where computed, the data manifests and corpus."""
+    from cselab.pipeline.config import corpus_file
+
+    res = {k: outputs.path(outputs.RESULT[k], exp=exp_id) for k in ("sts", "sts_pairs", "stsb_dev")}
+    if any(kind == "transfer" for kind, _, _ in mteb_sources(cfg, exp_id)):
+        res.update({k: outputs.path(outputs.RESULT[k], exp=exp_id) for k in ("transfer", "transfer_pairs")})
+    return {"model": outputs.path(outputs.MODEL, exp=exp_id), "summary": outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id),
+            **res, "senteval": outputs.SENTEVAL_MANIFEST, "corpus": corpus_file(experiment_spec(cfg, exp_id))}
+
+
+def mteb_check_inputs(cfg: dict) -> dict[str, dict[str, str]]:
+    """Per experiment id of ``export.mteb_check.experiments``: its checkpoint and STS results."""
+    ids = experiment_ids(cfg, cfg["export"]["mteb_check"]["experiments"])
+    return {e: {"model": model_input(cfg, e), "sts": outputs.path(outputs.RESULT["sts"], exp=e)} for e in ids}
+
+
+def export_targets(cfg: dict) -> list[str]:
+    """Target `exports`: MTEB files of every exported experiment, the export folder of every
+    trained one, the MTEB check."""
+    ids = export_experiments(cfg)
+    return ([outputs.path(outputs.MTEB_DIR, exp=e) for e in ids]
+            + [outputs.path(outputs.EXPORT, exp=e) for e in ids if is_trained(cfg, e)]
+            + [outputs.MTEB_CHECK_CSV])

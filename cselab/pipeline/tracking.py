@@ -38,6 +38,7 @@ FALLBACK_TAG = "cselab.tracking_fallback"
 #: The environment variable naming one ``snakemake`` invocation (set by the Snakefile); every run
 #: it starts carries it as the tag :data:`INVOCATION_TAG`, so one invocation's runs group in the UI.
 INVOCATION_ENV = "CSELAB_INVOCATION"
+COMMAND_ENV = "CSELAB_COMMAND"  # the snakemake command line of the invocation (model cards quote it)
 INVOCATION_TAG = "snakemake.invocation"
 FALLBACKS = ("none", "local")
 # The reachability check: seconds per attempt, retries after the first attempt.

@@ -28,7 +28,7 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
         if "pairs" in result:
             save_pairs(smk.output.pairs, result.pop("pairs"))
         result.update(experiment=exp_id, settings=smk.params.settings, wall_seconds=time.perf_counter() - tic,
-                      **model.stats())
+                      **model.stats(), mlflow_run_id=r.run_id)
         prefix = smk.rule.removeprefix("evaluate_")
         r.log_metrics({**{f"{prefix}.{k}": v for k, v in result["scores"].items()},
                        **({"avg": result["avg"]} if result.get("avg") is not None else {}),

@@ -1,0 +1,145 @@
+# Sharing: results and models in the field's formats (cselab.export; README "Results and models
+# in the field's formats"). Target `exports` builds, for the experiments of export.tables, the
+# MTEB result files, and for the trained ones the card, the ONNX file and the export folder,
+# plus the MTEB check. Rule push uploads one export folder; it is never part of a target.
+
+
+rule exports:
+    input:
+        cselab_targets.export_targets(CFG),
+
+
+rule mteb_results:
+    input:
+        unpack(lambda wc: {f"result{i}": result for i, (_, result, _) in enumerate(mteb_sources(wc.exp))}),
+        unpack(lambda wc: {f"manifest{i}": m for i, m in enumerate(dict.fromkeys(m for _, _, m in mteb_sources(wc.exp)))}),
+        model=model_input,
+    output:
+        directory(OUT.MTEB_DIR),
+    params:
+        sources=lambda wc: mteb_sources(wc.exp),
+    log:
+        OUT.job_log("mteb_results", "{exp}"),
+    benchmark:
+        OUT.job_benchmark("mteb_results", "{exp}")
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../envs/evaluate.yaml"
+    script:
+        "../workflow_scripts/export.py"
+
+
+rule mteb_check:
+    input:
+        models=[e["model"] for e in cselab_targets.mteb_check_inputs(CFG).values()],
+        sts=[e["sts"] for e in cselab_targets.mteb_check_inputs(CFG).values()],
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        csv=report(OUT.MTEB_CHECK_CSV, caption="../report/table.rst", category="Tables"),
+        md=OUT.MTEB_CHECK_MD,
+    params:
+        entries=cselab_targets.mteb_check_inputs(CFG),
+        options=CFG["export"]["mteb_check"],
+        settings=ENCODER,
+    log:
+        OUT.job_log("mteb_check"),
+    benchmark:
+        OUT.job_benchmark("mteb_check")
+    threads: 8
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    conda:
+        "../envs/evaluate.yaml"
+    script:
+        "../workflow_scripts/export.py"
+
+
+rule model_card:
+    input:
+        unpack(lambda wc: cfg_call(cselab_targets.card_inputs, wc.exp)),
+    output:
+        OUT.CARD,
+    params:
+        spec=lambda wc: experiment_spec(wc.exp),
+        options=CFG["export"]["card"],
+        settings=ENCODER,
+        bootstrap=CFG["evaluation"].get("bootstrap", {}),
+    log:
+        OUT.job_log("model_card", "{exp}"),
+    benchmark:
+        OUT.job_benchmark("model_card", "{exp}")
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../workflow_scripts/export.py"
+
+
+rule export_onnx:
+    input:
+        model=OUT.MODEL,
+        senteval=rules.prepare_senteval.output.manifest,
+    output:
+        onnx=OUT.ONNX,
+        check=OUT.ONNX_CHECK,
+    params:
+        options=CFG["export"]["onnx"],
+        settings=ENCODER,
+    log:
+        OUT.job_log("export_onnx", "{exp}"),
+    benchmark:
+        OUT.job_benchmark("export_onnx", "{exp}")
+    threads: 8
+    resources:
+        mem_mb=16000,
+        runtime=60,
+    conda:
+        "../envs/export.yaml"
+    script:
+        "../workflow_scripts/export.py"
+
+
+rule export_model:
+    input:
+        model=OUT.MODEL,
+        card=OUT.CARD,
+        onnx=OUT.ONNX,
+        check=OUT.ONNX_CHECK,
+    output:
+        directory(OUT.EXPORT),
+    log:
+        OUT.job_log("export_model", "{exp}"),
+    benchmark:
+        OUT.job_benchmark("export_model", "{exp}")
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../envs/export.yaml"
+    script:
+        "../workflow_scripts/export.py"
+
+
+rule push:
+    input:
+        export=OUT.EXPORT,
+    output:
+        OUT.PUSH_RECEIPT,
+    params:
+        hub=CFG["hub"],
+    log:
+        OUT.job_log("push", "{exp}"),
+    benchmark:
+        OUT.job_benchmark("push", "{exp}")
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    conda:
+        "../envs/export.yaml"
+    script:
+        "../workflow_scripts/export.py"
