@@ -123,10 +123,19 @@ def card_inputs():
     return spec, {"steps": 50, "best_step": 40}, evaluation, provenance, options
 
 
-def test_card_front_matter_names_base_model_and_every_score():
+def front_matter(text: str, folder: Path) -> dict:
+    """The card's front matter as the push rule reads it (it refuses a folder without one)."""
+    from cselab.export.hub import check_export
+
+    folder.mkdir(exist_ok=True)
+    (folder / "README.md").write_text(text)
+    return check_export(folder)
+
+
+def test_card_front_matter_names_base_model_and_every_score(tmp_path):
     spec, summary, evaluation, provenance, options = card_inputs()
     text = cards.render_card(spec, summary, evaluation, provenance, options)
-    meta = cards.read_front_matter(text)
+    meta = front_matter(text, tmp_path / "export")
     assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "sentence-similarity"
     assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert meta["datasets"] == ["princeton-nlp/datasets-for-simcse"] and "simcse" in meta["tags"]
@@ -161,8 +170,3 @@ def test_reproduce_command_keeps_config_options_only():
         "snakemake --cores all --configfile configs/smoke.yaml configs/smoke_seeds.yaml --config "
         "data_dir=../shared/data 'seeds=[1]' results/export/e")
     assert cards.base_model("/models/local") is None and cards.base_model("bert-base-uncased") == "bert-base-uncased"
-
-
-def test_front_matter_of_a_card_without_one():
-    assert cards.read_front_matter("# just a readme\n") == {}
-    assert cards.read_front_matter("---\nlibrary_name: x\n---\n# card\n") == {"library_name": "x"}

@@ -208,14 +208,14 @@ def test_export_without_a_model_card(hub, export, card):
         (export / "README.md").unlink()
     else:
         (export / "README.md").write_text(card)
-    with pytest.raises(ExportError, match="has no model card.*card rule") as err:
+    with pytest.raises(ExportError, match="has no model card.*rule export_model") as err:
         push(export, cfg(hub))
     assert str(export) in str(err.value)
     assert hub.requests == []
 
 
 def test_missing_export_folder(hub, tmp_path):
-    with pytest.raises(ExportError, match="does not exist.*card rule"):
+    with pytest.raises(ExportError, match="does not exist.*rule export_model"):
         push(tmp_path / "nope", cfg(hub))
     assert hub.requests == []
 

@@ -79,7 +79,8 @@ def eval_results(sts: dict, transfer: dict | None, revision: str) -> list:
     task (accuracy), the dataset named as SentEval's and pinned to our data revision."""
     from huggingface_hub import EvalResult
 
-    rows = [("STS", "cosine_spearman", f"SentEval {t} (test, 'all' setting)", t, v) for t, v in sts["scores"].items()]
+    rows = [("STS", "cosine_spearman", f"SentEval {t} (test{', all setting' if t.startswith('STS1') else ''})", t, v)
+            for t, v in sts["scores"].items()]
     rows += [("Classification", "accuracy", f"SentEval {t} (test)", t, v) for t, v in (transfer or {}).get("scores", {}).items()]
     return [EvalResult(task_type=kind, dataset_type=f"senteval/{task}", dataset_name=name, dataset_split="test",
                        dataset_revision=revision, metric_type=metric, metric_value=round(float(value), 2))
@@ -135,7 +136,7 @@ def provenance_section(data: dict, commit: str, command: str, invocation: str) -
     rows = [[name, f"`{digest}`"] for name, digest in data.items()]
     return ("## Data\n\n" + markdown_table(["data", "sha256"], rows) +
             "\n## Reproduce\n\n"
-            f"Built by [cselab](https://example.invalid/cselab) at git commit `{commit}` with\n\n"
+            f"Built by cselab at git commit `{commit}` with\n\n"
             f"```\n{invocation}\n```\n\nTo rebuild this export from scratch at that commit:\n\n"
             f"```\ngit checkout {commit}\n{command}\n```\n")
 
@@ -165,11 +166,3 @@ def render_card(spec: dict, summary: dict, evaluation: dict, provenance: dict, o
             + provenance_section(provenance["data"], provenance["commit"], provenance["command"],
                                  provenance["invocation"]))
 
-
-def read_front_matter(card: str) -> dict:
-    """The front matter of a card as a dict ({} when it has none)."""
-    import yaml
-
-    if not card.startswith("---\n") or "\n---" not in card[4:]:
-        return {}
-    return yaml.safe_load(card[4:card.index("\n---", 4)]) or {}

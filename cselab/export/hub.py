@@ -72,8 +72,8 @@ def hub_settings(cfg_hub: dict, environ: Mapping[str, str] = os.environ) -> dict
 
 def _no_card(folder: Path, why: str) -> ExportError:
     """The error for an export without a usable model card (``why`` says what is wrong)."""
-    return ExportError(f"the export {folder} has no model card ({why}); build it with the card "
-                       f"rule first, then push")
+    return ExportError(f"the export {folder} has no model card ({why}); build the export with "
+                       f"rule export_model (target results/export/<experiment>), which writes the card, then push")
 
 
 def check_export(folder: Path) -> dict:

@@ -19,8 +19,9 @@ from cselab.pipeline.jobs import run, senteval_root
 
 log = logging.getLogger(__name__)
 
-#: training-only files of a checkpoint folder that an export leaves out (the training head)
-TRAINING_ONLY = ("head.pt",)
+#: files of a checkpoint folder that an export leaves out: the training head, and Snakemake's
+#: timestamp of the directory output (a hard link to it would date the checkpoint by the export)
+TRAINING_ONLY = ("head.pt", "head.json", ".snakemake_timestamp")
 
 
 def export(smk) -> None:
