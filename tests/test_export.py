@@ -28,21 +28,17 @@ BEIR = {"dataset": "scifact", "metrics": {"ndcg@10": 0.612, "recall@100": 0.9, "
 MANIFEST = {"source": "/somewhere", "root": "/somewhere/senteval", "tasks": {"STS12": {"files": {"a": {"sha256": "x"}}}}}
 
 
-def write_sources(tmp_path: Path) -> list:
-    files = {"sts": sts_result(), "transfer": TRANSFER, "beir": BEIR}
-    out = []
-    for kind, doc in files.items():
-        (tmp_path / f"{kind}.json").write_text(json.dumps(doc))
-        out.append((kind, tmp_path / f"{kind}.json", MANIFEST))
-    return out
+def sources() -> list:
+    """(kind, result, data manifest) of one experiment's STS, transfer and BEIR evaluations."""
+    return [(kind, doc, MANIFEST) for kind, doc in {"sts": sts_result(), "transfer": TRANSFER, "beir": BEIR}.items()]
 
 
 def test_mteb_files_read_back_by_mtebs_loader(tmp_path):
     import mteb
 
     out = tmp_path / "mteb" / "simcse-x-s1"
-    written = write_mteb_results(out, "simcse-x-s1", "rev123", write_sources(tmp_path))
-    assert sum(len(v) for v in written.values()) == 7 + 7 + 1
+    written = write_mteb_results(out, "simcse-x-s1", "rev123", sources())
+    assert sum(len(v) for v in written) == 7 + 7 + 1
     scores = read_main_scores(out)
     for column, name in MTEB_NAMES.items():
         assert scores[name] == pytest.approx(sts_result()["scores"][column] / 100, abs=1e-6)

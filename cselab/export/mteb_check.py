@@ -95,6 +95,7 @@ def write_check(rows: list[dict], csv_path: Path, md_path: Path) -> None:
     """``results/mteb_check.csv`` and its Markdown twin, with a note on the verdict."""
     import pandas as pd
 
+    from cselab.export.mteb_results import mteb_version
     from cselab.io import markdown_table, write_text
 
     df = pd.DataFrame(rows)
@@ -103,7 +104,7 @@ def write_check(rows: list[dict], csv_path: Path, md_path: Path) -> None:
     verdict = ("every task agrees" if bad.empty else
                f"{len(bad)} task(s) differ by more than the tolerance: " +
                ", ".join(f"{r.experiment}/{r.task} ({r.diff:+.4f})" for r in bad.itertuples()))
-    note = (f"\n\nMTEB {_version()} (its STS task classes on the local SentEval files, the model encoded by "
+    note = (f"\n\nMTEB {mteb_version()} (its STS task classes on the local SentEval files, the model encoded by "
             f"sentence-transformers) against cselab's STS evaluation: cosine Spearman x100, tolerance "
             f"{df['tolerance'].iloc[0]}. Largest |diff| {df['diff'].abs().max():.6f}; {verdict}.\n")
     table = markdown_table(["experiment", "task", "cselab", "MTEB", "diff", "agree"],
@@ -111,8 +112,3 @@ def write_check(rows: list[dict], csv_path: Path, md_path: Path) -> None:
                              "yes" if r.agree else "NO"] for r in df.itertuples()])
     write_text(md_path, "# MTEB's evaluator vs cselab's on the local SentEval STS files\n\n" + table + note)
 
-
-def _version() -> str:
-    from cselab.export.mteb_results import mteb_version
-
-    return mteb_version()

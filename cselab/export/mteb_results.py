@@ -101,20 +101,20 @@ def beir_result(beir: dict, revision: str) -> dict:
 
 
 def write_mteb_results(out_dir: Path, experiment: str, revision: str,
-                       evaluations: list[tuple[str, Path, dict]]) -> dict[str, list[Path]]:
+                       evaluations: list[tuple[str, dict, dict]]) -> list[list[Path]]:
     """Write every result of one experiment into ``out_dir``. ``evaluations``: (kind --
-    ``sts``, ``transfer`` or ``beir`` --, its result JSON, the data manifest it was computed
-    on); ``revision``: the checkpoint's fingerprint (the model revision). Returns the files
-    written per result JSON."""
+    ``sts``, ``transfer`` or ``beir`` --, its result as read from its JSON, the data manifest it
+    was computed on); ``revision``: the checkpoint's fingerprint (the model revision). Returns
+    the files written for each evaluation, in order."""
     out_dir = Path(out_dir)
-    written: dict[str, list[Path]] = {}
-    for kind, path, manifest in evaluations:
-        result, data_rev = json.loads(Path(path).read_text()), data_revision(manifest)
+    written = []
+    for kind, result, manifest in evaluations:
+        data_rev = data_revision(manifest)
         documents = (sts_results(result, data_rev) if kind == "sts" else
                      transfer_results(result, data_rev) if kind == "transfer" else [beir_result(result, data_rev)])
-        for doc in documents:
-            written.setdefault(str(path), []).append(out_dir / f"{doc['task_name']}.json")
-            write_json(written[str(path)][-1], doc)
+        written.append([out_dir / f"{doc['task_name']}.json" for doc in documents])
+        for path, doc in zip(written[-1], documents):
+            write_json(path, doc)
     write_json(out_dir / "model_meta.json", model_meta(experiment, revision))
     return written
 

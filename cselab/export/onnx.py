@@ -17,15 +17,14 @@ side by side on a list of sentences.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from cselab.errors import ExportError
+from cselab.io import atomic_path, sha256_file
 
 OUTPUT_NAME = "last_hidden_state"
 #: the ONNX file's place inside an export folder, where sentence-transformers looks for it
@@ -89,15 +88,6 @@ def _dummy_inputs(names: list[str], vocab_size: int):
     return tuple(values[n] for n in names)
 
 
-def _sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def export_onnx(model_dir: Path, out_file: Path, opset: int = DEFAULT_OPSET) -> dict:
     """Export the backbone of ``model_dir`` to ``out_file`` (for sentence-transformers:
     ``<export folder>/onnx/model.onnx``) with opset ``opset``, dynamic batch and sequence axes.
@@ -118,10 +108,8 @@ def export_onnx(model_dir: Path, out_file: Path, opset: int = DEFAULT_OPSET) -> 
     names = _input_names(backbone)
     module = _last_hidden_state(backbone, names)
     axes = {n: {0: "batch", 1: "sequence"} for n in [*names, OUTPUT_NAME]}
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_file.with_name(f".{out_file.name}.{os.getpid()}.tmp")
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with atomic_path(out_file) as tmp, torch.no_grad(), warnings.catch_warnings():
             # the legacy exporter's deprecation notice and tracer warnings about Python-side checks
             # (transformers' SDPA is_causal/mask-padding tests: the traced batch is padded, so the
             # mask path is kept; the graph is checked below and by compare_with_torch)
@@ -129,12 +117,8 @@ def export_onnx(model_dir: Path, out_file: Path, opset: int = DEFAULT_OPSET) -> 
             torch.onnx.export(module, _dummy_inputs(names, backbone.config.vocab_size), str(tmp),
                               input_names=names, output_names=[OUTPUT_NAME], dynamic_axes=axes,
                               opset_version=opset, do_constant_folding=True, dynamo=False)
-        onnx.checker.check_model(str(tmp))
-        os.replace(tmp, out_file)
+            onnx.checker.check_model(str(tmp))
     except Exception as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, ExportError):
-            raise
         raise ExportError(f"ONNX export of {model_dir} failed: {type(e).__name__}: {e}") from e
     model = onnx.load(str(out_file), load_external_data=False)
     return {
@@ -143,7 +127,7 @@ def export_onnx(model_dir: Path, out_file: Path, opset: int = DEFAULT_OPSET) -> 
         "outputs": [o.name for o in model.graph.output],
         "file": str(out_file),
         "bytes": out_file.stat().st_size,
-        "sha256": _sha256(out_file),
+        "sha256": sha256_file(out_file),
     }
 
 
@@ -179,7 +163,7 @@ def onnx_embeddings(onnx_file: Path, tokenizer_dir: Path, sentences: list[str], 
     length-sorted batches of ``batch_size`` right-padded rows, pooled with ``pooler``."""
     from transformers import AutoTokenizer
 
-    from cselab.models.encoder import POOLERS, token_batches
+    from cselab.models.encoder import POOLERS, pad_batch, token_batches
 
     if pooler not in POOLERS:
         raise ExportError(f"pooler must be one of {POOLERS}, got {pooler!r}")
@@ -191,19 +175,14 @@ def onnx_embeddings(onnx_file: Path, tokenizer_dir: Path, sentences: list[str], 
         raise ExportError(f"cannot load the tokenizer in {tokenizer_dir}: {e}") from e
     ids = tokenizer(list(sentences), truncation=True, max_length=max_len, add_special_tokens=True)["input_ids"]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    hidden_size = session.get_outputs()[0].shape[-1]
-    out = np.empty((len(ids), hidden_size if isinstance(hidden_size, int) else 0), dtype=np.float32)
+    out = None
     for idx in token_batches([len(ids[i]) for i in order], batch_size):
         rows = [order[i] for i in idx]
-        width = max(len(ids[r]) for r in rows)
-        input_ids = np.full((len(rows), width), tokenizer.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for k, r in enumerate(rows):
-            input_ids[k, :len(ids[r])], mask[k, :len(ids[r])] = ids[r], 1
-        values = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
-        (hidden,) = session.run([OUTPUT_NAME], {n: values[n] for n in feeds})
-        emb = pool(hidden, mask, pooler)
-        if out.shape[1] != emb.shape[1]:  # symbolic hidden size: learn it from the first batch
+        batch = {k: v.numpy() for k, v in pad_batch([ids[r] for r in rows], tokenizer.pad_token_id).items()}
+        batch["token_type_ids"] = np.zeros_like(batch["input_ids"])
+        (hidden,) = session.run([OUTPUT_NAME], {n: batch[n] for n in feeds})
+        emb = pool(hidden, batch["attention_mask"], pooler)
+        if out is None:  # the hidden size, from the first batch (it may be symbolic in the graph)
             out = np.empty((len(ids), emb.shape[1]), dtype=np.float32)
         out[rows] = emb
     return out
@@ -225,8 +204,8 @@ def compare_with_torch(model_dir: Path, onnx_file: Path, sentences: list[str], p
     if ref.shape != got.shape:
         raise ExportError(f"{onnx_file} does not match {model_dir}: embeddings of shape {got.shape} "
                           f"vs PyTorch's {ref.shape}")
-    diff = np.abs(ref.astype(np.float64) - got.astype(np.float64))
     a, b = ref.astype(np.float64), got.astype(np.float64)
+    diff = np.abs(a - b)
     norms = np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
     max_diff = float(diff.max())
     return {

@@ -49,15 +49,16 @@ def mteb_results(smk) -> None:
     exp, sources = smk.wildcards.exp, smk.params.sources
     with run(smk, experiment_id=exp, params={"sources": [result for _, result, _ in sources]}) as r:
         revision = model_fingerprint(model_path(smk.input.model))
-        evaluations = [(kind, Path(result), json.loads(Path(manifest).read_text())) for kind, result, manifest in sources]
+        evaluations = [(kind, json.loads(Path(result).read_text()), json.loads(Path(manifest).read_text()))
+                       for kind, result, manifest in sources]
         out = Path(smk.output[0])
         with atomic_path(out) as tmp:
             written = write_mteb_results(tmp, exp, revision, evaluations)
         scores = read_main_scores(out)
         r.log_metrics({f"mteb.{task}": score for task, score in scores.items()})
         r.log_artifact(out, artifact_path="mteb")
-        for result, files in written.items():
-            _attach(json.loads(Path(result).read_text()).get("mlflow_run_id"), [out / f.name for f in files], "mteb")
+        for (_, result, _), files in zip(evaluations, written):
+            _attach(result.get("mlflow_run_id"), [out / f.name for f in files], "mteb")
         log.info("%s: %d MTEB result files in %s", exp, len(scores), out)
 
 
