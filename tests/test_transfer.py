@@ -352,3 +352,36 @@ def test_evaluate_transfer_with_senteval_classifier(trimmed):
     assert again["scores"]["CR"] == out["scores"]["CR"]  # seeded: deterministic
     with pytest.raises(ConfigError, match="classifier 'liblinear'"):
         T.evaluate_transfer(hash_encode, trimmed, tasks=["CR"], classifier="liblinear")
+
+
+def test_cap_items_bounds_every_split_reproducibly(trimmed):
+    sst = D.load_transfer_task(trimmed, "SST2")
+    capped = D.cap_items(sst, 25, seed=3)
+    for split in ("train", "dev", "test"):
+        full, part = getattr(sst, split), getattr(capped, split)
+        assert len(part) == min(25, len(full))
+        idx = [full.sentences.index(s) for s in part.sentences]
+        assert idx == sorted(idx)  # file order kept
+        np.testing.assert_array_equal(part.labels, full.labels[idx])
+    again = D.cap_items(sst, 25, seed=3)
+    assert again.train.sentences == capped.train.sentences
+    assert D.cap_items(sst, 25, seed=4).train.sentences != capped.train.sentences
+    mrpc = D.cap_items(D.load_transfer_task(trimmed, "MRPC"), 10, seed=0)
+    assert len(mrpc.train) == len(mrpc.train.sent1) == len(mrpc.train.sent2) == 10
+    assert D.cap_items(sst, None) is sst
+
+
+def test_evaluate_transfer_max_items(trimmed):
+    seen = []
+
+    def encode(sentences):
+        seen.extend(sentences)
+        return hash_encode(sentences)
+
+    out = T.evaluate_transfer(encode, trimmed, tasks=["MR", "TREC"], mode="fast", classifier="sklearn",
+                              n_jobs=1, max_items=30)
+    assert out["max_items"] == 30
+    assert out["tasks"]["MR"]["n"] == 30 and out["tasks"]["TREC"]["n_train"] == 30
+    assert len(seen) <= 30 + 30 + min(30, N_LINES)
+    full = T.evaluate_transfer(hash_encode, trimmed, tasks=["MR"], mode="fast", classifier="sklearn", n_jobs=1)
+    assert full["max_items"] is None and full["tasks"]["MR"]["n"] == 2 * N_LINES

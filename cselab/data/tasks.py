@@ -10,6 +10,7 @@ SUBJ/MPQA and TREC are latin-1 as SentEval opens them, blank lines of the binary
 from __future__ import annotations
 
 import io
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -333,6 +334,23 @@ def load_transfer_task(root: str | Path, task: str):
     if task == "MRPC":
         return load_mrpc(root)
     raise ConfigError(f"unknown transfer task {task!r}; choose from {TRANSFER_TASKS}")
+
+
+def cap_items(data, max_items: int | None, seed: int = 1111):
+    """``data`` (a loaded transfer task) with at most ``max_items`` items in each split, drawn
+    without replacement by a ``seed``-ed generator and kept in file order: a bound on a smoke-scale
+    evaluation's cost (``evaluation.transfer.max_items``). ``None`` keeps every item."""
+    if max_items is None:
+        return data
+    if not isinstance(data, (LabelledSet, PairSet)):
+        return dataclasses.replace(data, **{f.name: cap_items(getattr(data, f.name), max_items, seed)
+                                            for f in dataclasses.fields(data)})
+    if len(data) <= max_items:
+        return data
+    keep = np.sort(np.random.default_rng(seed).choice(len(data), max_items, replace=False))
+    if isinstance(data, PairSet):
+        return PairSet([data.sent1[i] for i in keep], [data.sent2[i] for i in keep], data.labels[keep])
+    return LabelledSet([data.sentences[i] for i in keep], data.labels[keep])
 
 
 def task_sentences(data) -> list[str]:

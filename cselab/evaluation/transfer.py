@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cselab.data.senteval import TRANSFER_TASKS
-from cselab.data.tasks import load_transfer_task, task_sentences
+from cselab.data.tasks import cap_items, load_transfer_task, task_sentences
 from cselab.errors import ConfigError, DataError
 from cselab.evaluation.encoding import Embeddings, encode_unique
 
@@ -407,13 +407,15 @@ def evaluate_task(task: str, data, embedded: Embeddings, kfold: int, seed: int =
 
 def evaluate_transfer(encode: Encoder, root: str | Path, tasks: Sequence[str] = TRANSFER_TASKS,
                       mode: str = "test", seed: int = 1111, mrpc_features: str = "senteval",
-                      classifier: str = "senteval", n_jobs: int | None = None) -> dict:
+                      classifier: str = "senteval", n_jobs: int | None = None,
+                      max_items: int | None = None) -> dict:
     """Score ``encode`` (list[str] -> (n, dim) array) on the transfer tasks.
 
     All unique sentences of the requested tasks are encoded with one ``encode`` call. ``mode``
-    "test" or "fast" (SentEval's parameter sets), ``classifier`` "senteval" or "sklearn". Returns
+    "test" or "fast" (SentEval's parameter sets), ``classifier`` "senteval" or "sklearn";
+    ``max_items`` bounds every split of every task (:func:`cap_items`; None: all items). Returns
     ``{"tasks": {task: {"acc", "n", "reg", "dev_acc", ..., MRPC "f1"}}, "scores": {task: acc},
-    "avg", "mode", "classifier", "kfold", "seed", "n_sentences", "mrpc_features", "seconds",
+    "avg", "mode", "classifier", "kfold", "seed", "n_sentences", "mrpc_features", "max_items", "seconds",
     "pairs": {task: (gold, pred)}}`` (accuracies in percent).
     """
     tasks = list(tasks)
@@ -428,7 +430,7 @@ def evaluate_transfer(encode: Encoder, root: str | Path, tasks: Sequence[str] = 
         raise ConfigError(f"unknown MRPC feature set {mrpc_features!r}; choose from {list(MRPC_FEATURES)}")
     clf = make_classifier(classifier, mode, seed, n_jobs)
     kfold = MODES[mode]["kfold"]
-    data = {task: load_transfer_task(root, task) for task in tasks}
+    data = {task: cap_items(load_transfer_task(root, task), max_items, seed) for task in tasks}
     t0 = time.perf_counter()
     embedded = encode_unique(encode, (s for d in data.values() for s in task_sentences(d)), dtype=FEATURE_DTYPE)
     seconds = {"encode": time.perf_counter() - t0, "classify": {}}
@@ -446,7 +448,7 @@ def evaluate_transfer(encode: Encoder, root: str | Path, tasks: Sequence[str] = 
     scores = {t: out[t]["acc"] for t in tasks}
     return {"tasks": out, "scores": scores, "avg": float(np.mean(list(scores.values()))), "mode": mode,
             "classifier": classifier, "kfold": kfold, "seed": seed, "n_sentences": len(embedded),
-            "mrpc_features": mrpc_features, "not_converged": getattr(clf, "not_converged", 0), "seconds": seconds,
+            "mrpc_features": mrpc_features, "max_items": max_items, "not_converged": getattr(clf, "not_converged", 0), "seconds": seconds,
             "pairs": pairs}
 
 

@@ -212,6 +212,18 @@ def collapse_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+def subset_notes(rows: list[dict]) -> list[str]:
+    """A note when a transfer result of the table scored a random subset of each task
+    (``evaluation.transfer.max_items``): such numbers are not the paper's protocol."""
+    caps = sorted({json.loads(Path(p).read_text()).get("max_items") or 0 for row in rows for p in row["files"]
+                   if str(p).endswith(".json")} - {0})
+    if not caps:
+        return []
+    return [f"transfer columns scored at most {', '.join(map(str, caps))} items per split of each task, a seeded "
+            "random subset (evaluation.transfer.max_items, a smoke-scale bound): not comparable with the "
+            "papers' numbers, which use every item."]
+
+
 def _methods_scores(rows: list[dict]) -> list[dict]:
     """The methods table's derived columns: the STS average and the transfer average."""
     from cselab.data.senteval import TRANSFER_TASKS

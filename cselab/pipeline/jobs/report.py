@@ -32,7 +32,7 @@ def table(smk) -> None:
                 r.log_metrics({f"{row['experiment']}.avg": row["Avg"]})
         tables.write(df, columns, smk.output.csv, smk.output.md, spec.get("title", spec["name"]),
                      tables.TABLE_KINDS[spec["kind"]].digits, comparisons,
-                     [*spec.get("notes", []), *tables.collapse_notes(rows)], extras)
+                     [*spec.get("notes", []), *tables.collapse_notes(rows), *tables.subset_notes(rows)], extras)
         r.log_artifact(smk.output.csv)
         r.log_artifact(smk.output.md)
 
