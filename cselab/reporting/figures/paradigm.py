@@ -358,7 +358,7 @@ def _min_ratio_panel(ax, min_ratios: Mapping[str, Mapping[tuple[float, float], n
     for k, (label, per) in enumerate(min_ratios.items()):
         for (m, step), values in per.items():
             style = _SETTING_STYLES[settings.index((m, step)) % len(_SETTING_STYLES)]
-            name = label if len(settings) == 1 else f"{label}, m = {m:g}, step = {step:g}"
+            name = label if len(settings) == 1 else f"{label}, m = {m:g}, step size = {step:g}"
             density = gaussian_kde(values)(grid) if values.size > 1 and np.ptp(values) > 0 else np.zeros_like(grid)
             median = float(np.median(values)) if values.size else float("nan")
             share = float((values <= 1.0).mean()) if values.size else float("nan")
