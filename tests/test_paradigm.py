@@ -395,6 +395,10 @@ def test_dropout_pairs_are_two_views_of_the_same_sentences(tiny_encoder):
     assert [p[0].shape[0] for p in pairs] == [3]  # a last batch of one sentence has no negative: dropped
     u, v = pairs[0]
     assert not np.allclose(u, v) and not tiny_encoder.training  # dropout on, then the mode restored
+    again = list(dropout_pairs(tiny_encoder, ["a man plays .", "a dog runs .", "it rains ."]))[0]
+    np.testing.assert_array_equal(again[0], u)  # seeded: a rebuilt figure is the same figure
+    other = list(dropout_pairs(tiny_encoder, ["a man plays .", "a dog runs .", "it rains ."], seed=1))[0]
+    assert not np.allclose(other[0], u)
 
 
 def test_gd_default_is_on_for_the_paradigm_loss_only():

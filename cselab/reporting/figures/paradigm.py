@@ -170,15 +170,18 @@ def figure_sweep(results: Mapping[float, float], parameter: str, out_png, out_cs
     return save_figure(fig, df, out_png, out_csv)
 
 
-def dropout_pairs(encoder, sentences: Sequence[str], batch_size: int = 128, max_len: int = 32):
+def dropout_pairs(encoder, sentences: Sequence[str], batch_size: int = 128, max_len: int = 32, seed: int = 0):
     """Two dropout views of every batch of ``sentences`` (raw pooled [CLS], the encoder in train
-    mode, no gradient): what the authors' statistics compare, a sentence with itself."""
+    mode, no gradient): what the authors' statistics compare, a sentence with itself. The dropout
+    masks come from ``seed`` (the global RNG state is left as it was): a figure rebuilt from the
+    same checkpoints is the same figure."""
     import torch
 
     was_training = encoder.training
     encoder.train()
     try:
-        with torch.no_grad():
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
             for start in range(0, len(sentences), batch_size):
                 chunk = list(sentences[start:start + batch_size])
                 if len(chunk) < 2:
