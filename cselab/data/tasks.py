@@ -9,8 +9,8 @@ SUBJ/MPQA and TREC are latin-1 as SentEval opens them, blank lines of the binary
 
 from __future__ import annotations
 
-import io
 import dataclasses
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable

@@ -448,8 +448,8 @@ def evaluate_transfer(encode: Encoder, root: str | Path, tasks: Sequence[str] = 
     scores = {t: out[t]["acc"] for t in tasks}
     return {"tasks": out, "scores": scores, "avg": float(np.mean(list(scores.values()))), "mode": mode,
             "classifier": classifier, "kfold": kfold, "seed": seed, "n_sentences": len(embedded),
-            "mrpc_features": mrpc_features, "max_items": max_items, "not_converged": getattr(clf, "not_converged", 0), "seconds": seconds,
-            "pairs": pairs}
+            "mrpc_features": mrpc_features, "max_items": max_items, "not_converged": getattr(clf, "not_converged", 0),
+            "seconds": seconds, "pairs": pairs}
 
 
 #: the protocol of the papers' transfer development numbers: SimCSE's and DiffCSE's ``--mode dev``,

@@ -177,10 +177,11 @@ def dropout_pairs(encoder, sentences: Sequence[str], batch_size: int = 128, max_
     same checkpoints is the same figure."""
     import torch
 
+    device = next(encoder.parameters()).device
     was_training = encoder.training
     encoder.train()
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
             torch.manual_seed(seed)
             for start in range(0, len(sentences), batch_size):
                 chunk = list(sentences[start:start + batch_size])
