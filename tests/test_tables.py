@@ -112,13 +112,13 @@ def test_comparisons_count_seeds_when_there_are_several_and_say_so():
 def test_subset_note_only_when_a_transfer_result_was_capped(tmp_path):
     import json
 
-    from cselab.reporting.tables import subset_notes
+    from cselab.reporting.tables import read_results, subset_notes
 
     full, capped = tmp_path / "full.json", tmp_path / "capped.json"
     full.write_text(json.dumps({"scores": {"MR": 70.0}, "max_items": None}))
     capped.write_text(json.dumps({"scores": {"MR": 71.0}, "max_items": 1000}))
     sts = tmp_path / "sts.json"
     sts.write_text(json.dumps({"scores": {"STS12": 60.0}}))
-    assert subset_notes([{"files": [full, sts]}]) == []
-    notes = subset_notes([{"files": [full]}, {"files": [capped, tmp_path / "pairs.npz"]}])
+    assert subset_notes(read_results([{"files": [full, sts]}])) == []
+    notes = subset_notes(read_results([{"files": [full]}, {"files": [capped, sts]}]))
     assert len(notes) == 1 and "at most 1000 items" in notes[0] and "max_items" in notes[0]

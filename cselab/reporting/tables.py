@@ -188,13 +188,15 @@ def read_results(rows: list[dict]) -> list[dict]:
 
     out = []
     for row in rows:
-        scores, pairs = {}, None
+        scores, pairs, caps = {}, None, set()
         for path in row["files"]:
             if str(path).endswith(".npz"):
                 pairs = {**(pairs or {}), **load_pairs(path)}
             else:
-                scores.update(json.loads(Path(path).read_text())["scores"])
-        out.append({**row, "scores": scores, "pairs": pairs})
+                result = json.loads(Path(path).read_text())
+                scores.update(result["scores"])
+                caps.add(result.get("max_items"))
+        out.append({**row, "scores": scores, "pairs": pairs, "max_items": sorted(caps - {None})})
     return out
 
 
@@ -214,9 +216,9 @@ def collapse_notes(rows: list[dict]) -> list[str]:
 
 def subset_notes(rows: list[dict]) -> list[str]:
     """A note when a transfer result of the table scored a random subset of each task
-    (``evaluation.transfer.max_items``): such numbers are not the paper's protocol."""
-    caps = sorted({json.loads(Path(p).read_text()).get("max_items") or 0 for row in rows for p in row["files"]
-                   if str(p).endswith(".json")} - {0})
+    (``evaluation.transfer.max_items``, as :func:`read_results` found it): such numbers are not
+    the paper's protocol."""
+    caps = sorted({cap for row in rows for cap in row.get("max_items", ())})
     if not caps:
         return []
     return [f"transfer columns scored at most {', '.join(map(str, caps))} items per split of each task, a seeded "
