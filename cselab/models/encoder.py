@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cselab.data.tokens import host_max
 from cselab.models import unpadded
 
 POOLERS = ("cls", "avg")
@@ -31,7 +32,8 @@ class SentenceEncoder(nn.Module):
         if pooler not in POOLERS:
             raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
-        object.__setattr__(self, "_compiled", None)  # not a submodule: state_dict keys stay the backbone's
+        #: while training, the padded forward at the batch's given width (a compiled step's static shapes)
+        self.static_shapes = False
         #: pooled forward over real tokens only (None: the backbone does not support it, see ``use_unpadded``)
         self.unpadded = unpadded.unsupported(backbone) is None
 
@@ -41,16 +43,6 @@ class SentenceEncoder(nn.Module):
         reason = unpadded.unsupported(self.backbone) if on else None
         self.unpadded = on and reason is None
         return reason
-
-    def compile_backbone(self, **kwargs) -> None:
-        """Run the backbone through ``torch.compile`` while training (grad mode). Evaluation,
-        with its many sequence lengths, keeps the eager backbone; weights are shared, and
-        ``state_dict``/``save`` are unchanged. Dynamo's automatic dynamic shapes turn a length
-        that changes into a symbolic one after the first recompile."""
-        import torch._dynamo
-
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
-        object.__setattr__(self, "_compiled", torch.compile(self.backbone, **kwargs))
 
     @property
     def hidden_size(self) -> int:
@@ -78,16 +70,16 @@ class SentenceEncoder(nn.Module):
         rows' real lengths as a CPU tensor when the caller has them (the unpadded forward then
         needs no device-to-host sync on CUDA); the pooled forward then runs at the batch's natural
         width, so padding added beyond it (``training.pad_to_multiple_of``) changes no dropout
-        draw (attention dropout is drawn over ``[B, heads, L, L]``). The compiled forward keeps the
-        padding it was given: few distinct shapes, few recompiles."""
-        compiled = self._compiled is not None and torch.is_grad_enabled()
-        if lengths is not None and not backbone_kwargs and not compiled and len(lengths):
-            width = int(lengths.max())
+        draw (attention dropout is drawn over ``[B, heads, L, L]``). With ``static_shapes`` (a compiled
+        training step) a training forward is the padded one at the width it was given: few
+        distinct shapes, one graph each, no host read."""
+        static = self.static_shapes and self.training
+        if lengths is not None and not backbone_kwargs and not static and len(lengths):
+            width = host_max(lengths)
             input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
-        if self.unpadded and not backbone_kwargs and not compiled:
+        if self.unpadded and not backbone_kwargs and not static:
             return unpadded.pooled(self.backbone, input_ids, attention_mask, self.pooler, lengths)
-        backbone = self._compiled if compiled else self.backbone
-        out = backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs)
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **backbone_kwargs)
         pooled = self.pool(out.last_hidden_state, attention_mask)
         return (pooled, out) if backbone_kwargs else pooled
 

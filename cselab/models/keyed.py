@@ -16,7 +16,9 @@ seeded and a checkpoint resumes it), the call (the n-th network run of the step)
 :class:`KeyedDropout` replaces a network's ``nn.Dropout`` modules (:func:`install`); while
 :func:`keys` is active it draws keyed masks, otherwise it is ``nn.Dropout``. Positions come from
 the tensor's layout: ``[R, L, H]`` (padded), ``[R, heads, Lq, Lk]`` (attention probabilities),
-or the packed tokens of the unpadded forward, which names them with :func:`tokens`.
+or the packed tokens of the unpadded forward, which names them with :func:`tokens`. The masks
+are drawn by one op per dropout site (:mod:`cselab.models.keyed_ops`: a fused Triton kernel on
+CUDA, torch ops on the CPU, the same bits).
 """
 
 from __future__ import annotations
@@ -29,21 +31,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: positions above any model's (BERT, RoBERTa: 512) keep attention counters apart
-MAX_POSITIONS = 4096
+from cselab.models import keyed_ops
+from cselab.models.keyed_ops import MAX_POSITIONS, mix  # noqa: F401 (the masks' definition lives there)
+
 _GOLDEN = -7046029254386353131            # 0x9E3779B97F4A7C15, as a signed int64
 _M1, _M2 = -4658895280553007687, -7723592293110705685  # splitmix64's multipliers, signed
-_UNIFORM_BITS = 24
 _MASK = (1 << 64) - 1
-
-
-def mix(x: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finaliser on int64 (wrapping arithmetic; masks turn arithmetic shifts logical)."""
-    x = x ^ ((x >> 30) & ((1 << 34) - 1))
-    x = x * _M1
-    x = x ^ ((x >> 27) & ((1 << 37) - 1))
-    x = x * _M2
-    return x ^ ((x >> 31) & ((1 << 33) - 1))
 
 
 def mix_int(*values: int) -> int:
@@ -59,18 +52,13 @@ def mix_int(*values: int) -> int:
     return x - (1 << 64) if x >= 1 << 63 else x
 
 
-def uniform(row_keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
-    """U[0, 1) per element from its row's key ``[R, 1...]`` and its counter (broadcast)."""
-    bits = (mix(row_keys + counters * _GOLDEN) >> (64 - _UNIFORM_BITS)) & ((1 << _UNIFORM_BITS) - 1)
-    return bits.to(torch.float32) * (1.0 / (1 << _UNIFORM_BITS))
-
-
 @dataclass
 class Tokens:
-    """Packed tokens ``[N, ...]``: the row and position of each."""
+    """Packed tokens ``[N, ...]``: the row and position of each, and its row's key."""
 
     rows: torch.Tensor
     positions: torch.Tensor
+    keys: torch.Tensor
 
 
 class RowKeys:
@@ -81,40 +69,43 @@ class RowKeys:
         self.keys = keys
         self.tokens: Tokens | None = None
 
-    def counters_and_rows(self, x: torch.Tensor, site: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each element's row key (mixed with the site) and its counter within the row."""
-        keys = mix(self.keys ^ site)
-        if x.dim() == 4:  # attention probabilities [R, heads, Lq, Lk]
-            r, heads, lq, lk = x.shape
-            q = torch.arange(lq, device=x.device)  # the [CLS]-only last layer: lq = 1, position 0
-            k = torch.arange(lk, device=x.device)
-            h = torch.arange(heads, device=x.device)
-            counters = (h[:, None, None] * MAX_POSITIONS + q[None, :, None]) * MAX_POSITIONS + k[None, None, :]
-            return keys[:r, None, None, None], counters[None]
+    def layout(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, int, int, int]:
+        """``(keys, positions, group, inner, stride)`` of :func:`cselab.models.keyed_ops.keyed_dropout`
+        for ``x``: attention probabilities ``[R, heads, Lq, Lk]``, packed tokens ``[N, H]`` (or
+        ``[1, N, H]``) while :func:`tokens` names them, or rows ``[R, L, H]`` / ``[R, H]``."""
         width = x.shape[-1]
-        feature = torch.arange(width, device=x.device)
-        rows_of = x.numel() // width
-        if self.tokens is not None and len(self.tokens.rows) == rows_of:  # packed [N, H] (or [1, N, H])
-            flat_keys = keys[self.tokens.rows][:, None]
-            counters = self.tokens.positions[:, None] * width + feature[None]
-            return flat_keys.reshape(*x.shape[:-1], 1), counters.reshape(x.shape)
-        r, length = x.shape[0], x.shape[1]  # padded [R, L, H]
-        counters = torch.arange(length, device=x.device)[:, None] * width + feature[None]
-        return keys[:r, None, None], counters[None]
+        vectors = x.numel() // width if width else 0
+        if x.dim() == 4:  # the [CLS]-only last layer: lq = 1, position 0
+            r, heads, lq, _ = x.shape
+            keys, group, inner, stride = self.keys, heads * lq, lq, MAX_POSITIONS
+        elif self.tokens is not None and len(self.tokens.rows) == vectors:
+            return self.tokens.keys, self.tokens.positions, 1, 1, width
+        else:
+            r = x.shape[0]
+            group = x.shape[1] if x.dim() == 3 else 1
+            keys, inner, stride = self.keys, group, width
+        if r > len(keys):
+            raise ValueError(f"keyed dropout: {r} rows but {len(keys)} row keys")
+        return keys, None, group, inner, stride
 
 
 _ACTIVE: list[RowKeys] = []
 
 
-@contextlib.contextmanager
-def keys(row_keys: torch.Tensor) -> Iterator[RowKeys]:
-    """Key the dropout of the networks run inside by ``row_keys`` (one per input row)."""
-    state = RowKeys(row_keys)
-    _ACTIVE.append(state)
-    try:
-        yield state
-    finally:
+class keys:  # noqa: N801 (used as a function: ``with keys(row_keys):``)
+    """Key the dropout of the networks run inside by ``row_keys`` (one per input row). A class,
+    not a generator, so ``torch.compile`` traces through it without a graph break."""
+
+    def __init__(self, row_keys: torch.Tensor):
+        self.state = RowKeys(row_keys)
+
+    def __enter__(self) -> RowKeys:
+        _ACTIVE.append(self.state)
+        return self.state
+
+    def __exit__(self, *exc) -> bool:
         _ACTIVE.pop()
+        return False
 
 
 def active() -> RowKeys | None:
@@ -128,23 +119,24 @@ def tokens(rows: torch.Tensor, positions: torch.Tensor) -> Iterator[None]:
     if state is None:
         yield
         return
-    before, state.tokens = state.tokens, Tokens(rows, positions)
+    before, state.tokens = state.tokens, Tokens(rows, positions, state.keys[rows])
     try:
         yield
     finally:
         state.tokens = before
 
 
-@torch.compiler.disable  # inductor folds int64 index arithmetic without wrapping: the hash stays eager
 def keep_mask(x: torch.Tensor, p: float, site: int, state: RowKeys) -> torch.Tensor:
-    """Which elements of ``x`` dropout keeps (probability ``1 - p``), keyed by row."""
-    row_keys, counters = state.counters_and_rows(x, site)
-    return uniform(row_keys, counters) >= p
+    """Which elements of ``x`` dropout keeps (probability ``1 - p``), keyed by row (the torch ops'
+    definition; training draws the same bits in one op, :func:`keyed_dropout`)."""
+    keys, positions, group, inner, stride = state.layout(x)
+    return keyed_ops.keep_mask_eager(x, keys, positions, site, p, group, inner, stride)
 
 
 def keyed_dropout(x: torch.Tensor, p: float, site: int, state: RowKeys) -> torch.Tensor:
-    keep = keep_mask(x, p, site, state)
-    return torch.where(keep, x / (1 - p), torch.zeros((), dtype=x.dtype, device=x.device))
+    """Dropout of ``x`` keyed by row: one op (a fused kernel on CUDA), its backward one more."""
+    keys, positions, group, inner, stride = state.layout(x)
+    return keyed_ops.keyed_dropout(x, keys, positions, site, float(p), group, inner, stride)
 
 
 class KeyedDropout(nn.Dropout):

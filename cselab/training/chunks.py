@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from cselab.models import keyed
+from cselab.data.tokens import host_sum, to_device
+from cselab.models import keyed, keyed_ops
 
 
 @dataclass
@@ -68,27 +69,36 @@ class Runner:
         if chunk_size and not keyed:
             raise ValueError("gradient caching replays keyed dropout only")
         self.chunk_size, self.keyed = chunk_size, keyed
-        self.seed: int | None = None
+        self.seed: torch.Tensor | None = None  # the step's seed, [1] int64 (on the step's device)
         self.calls = 0
-        self.sentences, self.offset, self.tokens = 0, 0, 0
+        self.sentences, self.offset, self._tokens = 0, 0, []
         self.cached: list[_Run] = []
 
-    def begin(self, sentences: int, offset: int = 0) -> None:
+    def begin(self, sentences: int, offset: int = 0, device: torch.device | str = "cpu") -> None:
         """A micro-batch starts: ``sentences`` of this process, starting at ``offset`` in the
-        global batch; the step's seed is drawn from torch's generator."""
-        self.seed = int(torch.randint(-(2 ** 62), 2 ** 62, (1,))) if self.keyed else None
+        global batch; the step's seed is drawn from torch's generator (on the CPU) and copied to
+        ``device`` (no read back: the keys are computed there)."""
+        self.seed = None
+        if self.keyed:
+            self.seed = to_device({"seed": torch.randint(-(2 ** 62), 2 ** 62, (1,))}, device)["seed"]
         self.calls, self.sentences, self.offset, self.cached = 0, sentences, offset, []
-        self.tokens = 0  # real tokens the encoder ran in this (micro-)batch (Context.encode counts them)
+        self._tokens = []  # what the encoder ran in this (micro-)batch: lengths tensors (host) or counts
+
+    def count_tokens(self, lengths: torch.Tensor | int) -> None:
+        """Record an encoder run's real tokens (its rows' lengths on the host, or a count), read
+        by :attr:`tokens` outside the step (a compiled step reads no tensor)."""
+        self._tokens.append(lengths)
+
+    @property
+    def tokens(self) -> int:
+        """Real tokens the encoder ran in this (micro-)batch (the MFU diagnostic's work)."""
+        return sum(t if isinstance(t, int) else host_sum(t) for t in self._tokens)
 
     def row_keys(self, rows: int, device: torch.device) -> torch.Tensor:
         """One key per row of the next run: ``rows`` is a whole number of views of the micro-batch
         (view-major, as every method lays them out), else each row keys by its index."""
-        call = keyed.mix_int(self.seed, self.calls)
-        self.calls += 1
-        j = torch.arange(rows)
-        n = self.sentences
-        view, sentence = (j // n, self.offset + j % n) if n and rows % n == 0 else (torch.zeros_like(j), j)
-        return keyed.mix(keyed.mix(call + view * keyed.mix_int(1)) + sentence).to(device)
+        call, self.calls = self.calls, self.calls + 1
+        return keyed_ops.row_keys(self.seed.to(device), call, rows, self.sentences, self.offset)
 
     def run(self, fn: Callable, *inputs: Any, **kwargs) -> Any:
         """``fn(*inputs, **kwargs)`` under keyed dropout; ``inputs`` with one row per leading

@@ -29,13 +29,14 @@ PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("GH200",
                ("RTX 4090", 165.2), ("RTX 3090", 71.0), ("T4", 65.0))
 
 
-def duplicate_rate(input_ids: torch.Tensor) -> float:
+def duplicate_rate(input_ids: torch.Tensor) -> torch.Tensor | float:
     """Share of a batch's rows whose token sequence is also another row's (each such row is a
-    false negative of in-batch InfoNCE for its twin)."""
+    false negative of in-batch InfoNCE for its twin), as a 0-d tensor (read with the logging
+    window, not every step)."""
     if input_ids.size(0) < 2:
         return 0.0
     _, inverse, counts = torch.unique(input_ids, dim=0, return_inverse=True, return_counts=True)
-    return float((counts[inverse] > 1).float().mean())
+    return (counts[inverse] > 1).float().mean()
 
 
 @torch.no_grad()

@@ -41,7 +41,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from cselab.data.corpus import read_sentences
-from cselab.data.tokens import to_device, tokenize_corpus
+from cselab.data.tokens import host_sum, to_device, tokenize_corpus
 from cselab.errors import DataError
 from cselab.io import link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import resolve_model
@@ -244,7 +244,7 @@ class Trainer:
             if self.t.get("batchnorm_stats") == "global":
                 D.global_batchnorm(trainable)
             if self.objective.runner.chunk_size:  # a backward in several passes: gradients averaged after them
-                self.trainable = trainable
+                self.trainable = self.forward = trainable
                 return
             # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
             # (static_graph), or on every backward where micro-batches skip the gradient sync
@@ -252,7 +252,20 @@ class Trainer:
             trainable = nn.parallel.DistributedDataParallel(
                 trainable, device_ids=[self.dev] if self.dev.type == "cuda" else None,
                 **({"find_unused_parameters": True} if self.schedule.accumulate > 1 else {"static_graph": True}))
-        self.trainable = trainable
+        self.trainable = self.forward = trainable
+
+    def compile_step(self, mode: str | None = None) -> None:
+        """``training.compile``: the step's forward (every network run of the methods, heads and
+        loss terms; autograd compiles its backward) through ``torch.compile`` as one graph per
+        batch shape. Batches are padded to multiples of ``pad_to_multiple_of`` (a few widths) and
+        the encoder runs its padded forward at that width while training (static shapes, no host
+        read); keyed dropout is one opaque op per site (:mod:`cselab.models.keyed_ops`), so
+        nothing breaks the graph. Evaluation keeps the eager encoder; weights are shared."""
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        self.encoder.static_shapes = True
+        self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
 
     # -- resume and checkpoint ----------------------------------------------------------------
 
@@ -360,16 +373,16 @@ class Trainer:
                 batch = {**to_device(host, self.dev), "index": local, "lengths": self.corpus.lengths[local]}
             with record_function("cselab.prepare"), torch.no_grad():
                 batch = self.objective.prepare(batch)
-            runner.begin(len(local), D.shard_offset())
+            runner.begin(len(local), D.shard_offset(), self.dev)
             last = world == 1 or m == len(micro) - 1 or not hasattr(self.trainable, "no_sync")
             with contextlib.nullcontext() if last else self.trainable.no_sync():
                 with record_function("cselab.forward"), self.precision.autocast():
-                    loss, terms, scalars = self.trainable(batch)
+                    loss, terms, scalars = self.forward(batch)
                 with record_function("cselab.backward"), self.precision.autocast():  # replayed chunks: autocast
                     runner.backward(loss / accumulate if accumulate > 1 else loss, self.precision.backward)
             window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars,
                         "duplicate_rate": duplicates}, len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1,
-                       tokens=int(self.corpus.lengths[micro_index].sum()), encoded=runner.tokens)
+                       tokens=host_sum(self.corpus.lengths[micro_index]), encoded=runner.tokens)
         if not isinstance(self.trainable, nn.parallel.DistributedDataParallel):
             D.average_gradients(self.params)  # gradient caching on several processes (no DDP)
         with record_function("cselab.optimizer"):
@@ -398,8 +411,7 @@ class Trainer:
         ``eval_steps`` (and the last step with ``eval_at_end``), checkpoints every
         ``checkpoint_steps``."""
         t, s, sched = self.t, self.state, self.schedule
-        # with torch.compile, a few padded lengths (multiples of 8) instead of every length up to max_len
-        multiple = t["pad_to_multiple_of"] or (8 if t["compile"] else 1)
+        multiple = t["pad_to_multiple_of"] or 1  # with compile, 8 unless set (train)
         # a pretraining stage is not scored: its spec has no eval_steps / eval_at_end
         eval_steps, log_steps, every = t.get("eval_steps") or 0, t["log_steps"], t["checkpoint_steps"]
         window = Window.restore(s.window)
@@ -449,8 +461,8 @@ class Trainer:
         t, sched = self.t, self.schedule
         log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec["id"],
                  len(self.corpus), sched.last, sched.total, sched.batch_size, " + ".join(self.objective.names),
-                 self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not t.get("compile") else
-                 "padded", ", compiled" if t.get("compile") else "",
+                 self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not self.encoder.static_shapes
+                 else "padded", ", compiled" if t.get("compile") else "",
                  f", {self.world} processes" if self.world > 1 else "")
 
 
@@ -476,6 +488,8 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
     t = {**spec["training"], **(operational or {})}
+    if t.get("compile") and not t.get("pad_to_multiple_of"):  # a compiled step: a few batch widths
+        t["pad_to_multiple_of"] = 8
     set_seed(spec["seed"])  # the same on every process: the data order is shared
     run = Trainer(spec, t, _device(device), out_dir, dev_score, on_log)
     run.set_up(corpus_path, artifacts, token_cache)
@@ -485,7 +499,7 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     resumed = run.resume(checkpoints)
     resumed_from = run.state.step
     if t.get("compile"):
-        run.encoder.compile_backbone(mode=None if t["compile"] is True else t["compile"])
+        run.compile_step(mode=None if t["compile"] is True else t["compile"])
     run.describe()
     if not resumed and dev_score is not None:
         run.evaluate(keep=False)

@@ -103,7 +103,7 @@ class Context:
                lengths: torch.Tensor | None = None) -> torch.Tensor:
         """The encoder's pooled embeddings of these rows, as a run (:meth:`run`); their real
         tokens are counted (``runner.tokens``: the MFU diagnostic's work)."""
-        self.runner.tokens += int(lengths.sum()) if lengths is not None else attention_mask.numel()
+        self.runner.count_tokens(lengths if lengths is not None else attention_mask.numel())
         return self.runner.run(self.encoder, input_ids, attention_mask, lengths)
 
     @property
