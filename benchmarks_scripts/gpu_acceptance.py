@@ -1,0 +1,489 @@
+"""GPU acceptance in one run: every method trains, the step stays on the device, the numerics
+agree across forward layouts and devices, and the pipeline is timed against a plain loop.
+
+On the GPU machine (shared/gpu/README.md), BERT-base built from a config:
+
+    python benchmarks_scripts/gpu_acceptance.py --senteval ../shared/data/senteval \\
+        --corpus ../shared/data/wiki1m_head.txt --out results/benchmarks/gpu_acceptance
+
+At tiny size on the CPU (the test suite runs this, so it cannot rot):
+
+    python benchmarks_scripts/gpu_acceptance.py --device cpu --size tiny --steps 6 --batch-sizes 16,32 \\
+        --out /tmp/acceptance
+
+Checks (a failed one makes the exit status 1; every row lands in ``<out>/acceptance.csv`` and
+``acceptance.md``, which name the device, the date and the command):
+
+1. ``train``: every method for ``--steps`` steps on one repeated batch, in each precision the
+   device supports (fp32, bf16, fp16 on CUDA; fp32, bf16 on the CPU): SimCSE, CompCSE in every
+   aggregation, DiffCSE and the edits as SimCSE's negatives (a generator built from a config),
+   InfoCSE stage 1 and stage 2 (from that stage 1), every loss of the gradient paradigm. Finite
+   step losses, the loss on that batch at fixed randomness (the same masks, edits and dropout)
+   lower after the steps than before, and the peak memory. On
+   CUDA each step runs under ``torch.cuda.set_sync_debug_mode("error")``: a host sync fails it.
+2. ``layouts``: the unpadded forward against the padded one (embeddings and gradients, keyed
+   dropout on): fp32 to 1e-5, bf16 to 2e-2 (relative to the largest value).
+3. ``sts``: the 7 STS averages of one fixed checkpoint on the device and on the CPU, within 0.02
+   points, and the time of the device's evaluation (with ``--senteval``).
+4. ``distributed``: a one-process process group (NCCL on CUDA, gloo on the CPU) training a
+   BatchNorm head over the global batch: the same losses as without a process group.
+5. ``speed``: the pipeline against ``throughput.py``'s plain Hugging Face loop, alternating,
+   ``--rounds`` times: SimCSE and CompCSE at the first batch size, SimCSE at the second; every
+   other method at its paper batch (pipeline only); gradient caching (chunk 16 at 64, chunk 128
+   at 1024) against the unchunked step. Sentences/s, real tokens/s, MFU over real tokens (the
+   full model's FLOPs per real token, ``--peak-tflops``), peak memory. Reported, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_settings as settings  # noqa: E402
+import throughput  # noqa: E402
+
+AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
+PARADIGM = {"head": "linear", "head_std": 6e-3, "m": 0.30, "tau": 0.05}
+GEN = "GEN"  # stands for the generator built from a config
+
+
+def method_cases(paradigm_losses: tuple[str, ...]) -> dict[str, tuple]:
+    """name -> (objective, options, auxiliaries, paper batch, training overrides)."""
+    cases = {"simcse": ("simcse", {}, {}, 64, {})}
+    cases.update({f"compcse-{a}": ("compcse", {"aggregation": a}, {}, 64, {}) for a in AGGREGATIONS})
+    cases["diffcse"] = ("simcse", {"head": "batchnorm"},
+                        {"rtd": {"weight": 5e-3, "options": {"mask_ratio": 0.3, "generator": GEN}}}, 64, {})
+    cases["diffcse-edits"] = ("simcse_edits", {"use": "negative", "augment": "replace", "mask_ratio": 0.15,
+                                               "generator": GEN}, {}, 64, {})
+    cases["infocse-stage1"] = ("infocse_pretrain", {"mask_ratio": 0.15, "whole_word": True, "extra_layers": 2},
+                               {}, 1024, {"chunk_size": 128, "warmup_ratio": 0.0, "weight_decay": 0.01})
+    cases["infocse-stage2"] = ("simcse", {"head": "batchnorm"},
+                               {"infocse_mlm": {"weight": 1e-5, "options": {"mask_ratio": 0.4, "pretrained": True}}},
+                               64, {})
+    for loss in paradigm_losses:
+        cases[f"paradigm-{loss}"] = ("paradigm", {**PARADIGM, "loss": loss}, {}, 128, {})
+    return cases
+
+
+def precisions(device: str) -> tuple[str, ...]:
+    return ("fp32", "bf16", "fp16") if device == "cuda" else ("fp32", "bf16")
+
+
+def spec_for(name: str, case: tuple, model_dir: Path, generator: Path, batch: int, steps: int, precision: str,
+             lr: float = 5e-5, **training) -> dict:
+    objective, options, auxiliaries, _, overrides = case
+
+    def gen(opts: dict) -> dict:
+        return {k: str(generator) if v == GEN else v for k, v in opts.items()}
+
+    auxiliaries = {k: {**a, "options": gen(a["options"])} for k, a in auxiliaries.items()}
+    t = settings.training(batch_size=batch, max_len=32, epochs=steps, max_steps=steps, lr=lr, eval_steps=None,
+                          log_steps=1, warmup_steps=0, precision=precision, **{**overrides, **training})
+    return {"id": f"{name}-{precision}-b{batch}", "name": name, "plm": "bench", "model": str(model_dir),
+            "method": objective, "objective": objective, "weight": 1.0, "options": gen(options),
+            "auxiliaries": auxiliaries, "signature": name, "seed": 42, "training": t}
+
+
+class Report:
+    """The rows of the run; ``check`` rows say ok / FAILED."""
+
+    def __init__(self, device_name: str):
+        self.rows: list[dict] = []
+        self.device_name = device_name
+        self.failed = 0
+
+    def add(self, section: str, name: str, ok: bool | None, **values) -> None:
+        status = "-" if ok is None else "ok" if ok else "FAILED"
+        self.failed += ok is False
+        row = {"section": section, "name": name, "status": status, **values}
+        self.rows.append(row)
+        print(row, flush=True)
+
+    def write(self, out: Path, command: str) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        fields = list(dict.fromkeys(k for r in self.rows for k in r))
+        with open(out / "acceptance.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        lines = [f"# GPU acceptance on {self.device_name}", "",
+                 f"{datetime.date.today().isoformat()}, `{command}`; {self.failed} check(s) failed."]
+        for section in dict.fromkeys(r["section"] for r in self.rows):  # a table per section, its own columns
+            rows = [r for r in self.rows if r["section"] == section]
+            columns = [f for f in dict.fromkeys(k for r in rows for k in r) if f != "section"]
+            lines += ["", f"## {section}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(_cell(r.get(f)) for f in columns) + " |" for r in rows]
+        (out / "acceptance.md").write_text("\n".join(lines) + "\n")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "/")
+
+
+# -- the pieces ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def peak_memory(device: str):
+    """Yields a dict that holds ``peak_mb`` (CUDA's peak allocated memory) when the block ends."""
+    import torch
+
+    out: dict = {}
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    yield out
+    if device == "cuda":
+        torch.cuda.synchronize()
+        out["peak_mb"] = round(torch.cuda.max_memory_allocated() / 2 ** 20)
+
+
+@contextlib.contextmanager
+def steps_without_host_sync(device: str):
+    """On CUDA, every training step (not the set-up, logging or evaluation around it) under
+    ``torch.cuda.set_sync_debug_mode("error")``: a device-to-host sync in a step raises."""
+    import torch
+
+    from cselab.training.loop import Trainer
+
+    if device != "cuda":
+        yield
+        return
+    step = Trainer.step
+
+    def guarded(self, *args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    Trainer.step = guarded
+    try:
+        yield
+    finally:
+        Trainer.step = step
+
+
+def repeated_corpus(lines: list[str], batch: int, work: Path) -> Path:
+    """A corpus of exactly one batch: every step trains on the same sentences."""
+    path = work / f"repeated-{batch}.txt"
+    if not path.exists():
+        path.write_text("\n".join((lines * (batch // max(1, len(lines)) + 1))[:batch]) + "\n")
+    return path
+
+
+def train_case(spec: dict, corpus: Path, work: Path, device: str, artifacts: dict | None = None):
+    from cselab.training.loop import train
+
+    stage = spec["objective"] == "infocse_pretrain"
+    return train(spec, corpus, None if stage else (lambda encoder: 0.0), work / spec["id"], device=device,
+                 artifacts=artifacts, token_cache=work / "tokens")
+
+
+def fixed_loss(run, index, seed: int = 1234) -> float:
+    """The objective on ``index`` at fixed randomness (the same masks, edits and dropout keys
+    every call), without a graph: what the optimizer should bring down on a repeated batch."""
+    import torch
+
+    from cselab.data.tokens import to_device
+
+    with torch.random.fork_rng(devices=[run.dev] if run.dev.type == "cuda" else []), torch.no_grad():
+        torch.manual_seed(seed)
+        host = run.corpus.batch(index, run.encoder.tokenizer.pad_token_id)
+        batch = run.objective.prepare({**to_device(host, run.dev), "index": index, "lengths": run.corpus.lengths[index]})
+        run.objective.runner.begin(len(index), 0, run.dev)
+        with run.precision.autocast():
+            loss, _, _ = run.trainable(batch)
+    return float(loss)
+
+
+def train_repeated(spec: dict, corpus: Path, work: Path, device: str, artifacts: dict | None) -> dict:
+    """``steps`` optimizer steps of the shared loop's :meth:`Trainer.step` on one batch: each
+    step's loss, and the loss at fixed randomness before and after (a stage exports its model)."""
+    import torch
+
+    from cselab.training.loop import Trainer, Window, set_seed
+
+    set_seed(spec["seed"])
+    run = Trainer(spec, spec["training"], torch.device(device), work / spec["id"], None, None)
+    run.set_up(corpus, artifacts, work / "tokens")
+    run.optimizer_and_schedule()
+    run.process_group()
+    run.objective.train()
+    run.encoder.train()
+    index = torch.arange(len(run.corpus))
+    before, losses = fixed_loss(run, index), []
+    for _ in range(spec["training"]["max_steps"]):
+        window = Window()
+        run.step(index, window, 1)
+        losses.append(window.means()["loss"])
+    after = fixed_loss(run, index)
+    if spec["objective"] == "infocse_pretrain":
+        run.finish(None)
+    return {"losses": losses, "before": before, "after": after}
+
+
+def check_training(report: Report, args, model_dir: Path, generator: Path, lines: list[str], work: Path) -> None:
+    from cselab.training.methods.infocse import ARTIFACT
+    from cselab.training.methods.paradigm import LOSSES
+
+    cases = method_cases(LOSSES)
+    only = set(args.methods.split(",")) if args.methods else None
+    for precision in precisions(args.device):
+        stage1 = None
+        for name, case in cases.items():
+            if only and name not in only and not (name == "infocse-stage1" and "infocse-stage2" in only):
+                continue
+            batch = min(case[3], args.batch_sizes[0])
+            spec = spec_for(name, case, model_dir, generator, batch, args.steps, precision, lr=1e-4,
+                            **({"chunk_size": None} if batch <= 128 else {}))
+            artifacts = {ARTIFACT: stage1} if name == "infocse-stage2" else None
+            try:
+                with peak_memory(args.device) as mem, steps_without_host_sync(args.device):
+                    res = train_repeated(spec, repeated_corpus(lines, batch, work), work, args.device, artifacts)
+            except Exception as e:  # noqa: BLE001 (the row says what failed; the run goes on)
+                report.add("train", name, False, precision=precision, batch=batch, error=f"{type(e).__name__}: {e}"[:300])
+                continue
+            if name == "infocse-stage1":
+                stage1 = work / spec["id"] / "model"
+            finite = all(math.isfinite(v) for v in res["losses"])
+            report.add("train", name, finite and res["after"] < res["before"], precision=precision, batch=batch,
+                       loss_before=res["before"], loss_after=res["after"], last_step_loss=res["losses"][-1], **mem,
+                       sync_checked=args.device == "cuda")
+
+
+def check_layouts(report: Report, args, model_dir: Path, lines: list[str]) -> None:
+    import torch
+
+    from cselab.models import keyed
+    from cselab.models.encoder import load_encoder
+
+    for dtype, tol in (("fp32", 1e-5), ("bf16", 2e-2)):
+        for pooler in ("cls", "avg"):
+            torch.manual_seed(0)
+            encoder = load_encoder(model_dir, pooler=pooler, dropout=0.1).to(args.device).train()
+            keyed.install(encoder, "encoder")
+            ids = encoder.tokenize(lines[:32], 32)
+            batch = encoder.pad(ids)
+            lengths = torch.tensor([len(i) for i in ids])
+            keys = keyed.mix(torch.arange(len(ids), device=args.device))
+            outs = []
+            for unpadded in (True, False):
+                encoder.use_unpadded(unpadded)
+                encoder.zero_grad()
+                amp = (torch.autocast(args.device, dtype=torch.bfloat16) if dtype == "bf16"
+                       else contextlib.nullcontext())
+                with keyed.keys(keys), amp:
+                    out = encoder(batch["input_ids"], batch["attention_mask"], lengths).float()
+                out.square().sum().backward()
+                grad = torch.cat([p.grad.float().reshape(-1) for p in encoder.parameters() if p.grad is not None])
+                outs.append((out.detach(), grad))
+            (a, ga), (b, gb) = outs  # the largest difference relative to the largest value
+            err = max(float((a - b).abs().max() / a.abs().max()), float((ga - gb).abs().max() / ga.abs().max()))
+            report.add("layouts", f"unpadded-vs-padded-{pooler}", err <= tol, precision=dtype, max_rel_diff=err,
+                       tolerance=tol)
+
+
+def check_sts(report: Report, args, model_dir: Path) -> None:
+    from functools import partial
+
+    from cselab.evaluation.sts import evaluate_sts
+    from cselab.models.encoder import load_encoder
+
+    root = args.senteval / "downstream" if (args.senteval / "downstream").is_dir() else args.senteval
+    scores = {}
+    for device in dict.fromkeys((args.device, "cpu")):
+        encoder = load_encoder(model_dir).to(device)
+        tic = time.perf_counter()
+        scores[device] = evaluate_sts(partial(encoder.encode, batch_size=128, max_tokens=16384), root)["avg"]
+        seconds = time.perf_counter() - tic
+        if device == args.device:
+            report.add("sts", f"7-task STS on {device}", None, seconds=seconds, avg=scores[device])
+    diff = abs(scores[args.device] - scores["cpu"])
+    report.add("sts", f"{args.device} vs cpu", diff <= 0.02, diff=diff, tolerance=0.02)
+
+
+def check_distributed(report: Report, args, model_dir: Path, generator: Path, lines: list[str], work: Path) -> None:
+    import torch.distributed as dist
+
+    from cselab.training import distributed as D
+
+    case = ("simcse", {"head": "batchnorm"}, {}, 16, {})
+    corpus = repeated_corpus(lines, 16, work)
+    plain = train_case(spec_for("bn-plain", case, model_dir, generator, 16, 4, "fp32"), corpus, work, args.device)
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(throughput_free_port())}
+    os.environ.update(env)
+    try:
+        D.setup(120)
+        backend = dist.get_backend()
+        grouped = train_case(spec_for("bn-group", case, model_dir, generator, 16, 4, "fp32"), corpus, work,
+                             args.device)
+    finally:
+        D.teardown()
+        for key in env:
+            os.environ.pop(key, None)
+    a, b = ([r["loss"] for r in res.curve if "loss" in r] for res in (plain, grouped))
+    diff = max(abs(x - y) for x, y in zip(a, b))
+    report.add("distributed", f"one process, {backend}, global BatchNorm", diff <= 1e-5, max_loss_diff=diff)
+
+
+def throughput_free_port() -> int:
+    from cselab.training.distributed import _free_port
+
+    return _free_port()
+
+
+# -- speed -------------------------------------------------------------------------------------
+
+def pipeline_speed(spec: dict, corpus: Path, work: Path, device: str) -> dict:
+    """Steady sentences/s, real tokens/s and MFU of the shared loop (windows after the first two)."""
+    with peak_memory(device) as mem:
+        res = train_case(spec, corpus, work, device)
+    rows = [r for r in res.curve if r.get("sentences_per_s")]
+    steady = rows[2:] or rows
+    out = {"sentences_per_s": len(steady) / sum(1 / r["sentences_per_s"] for r in steady),
+           "tokens_per_s": statistics.fmean(r["tokens_per_s"] for r in steady), **mem}
+    if all("mfu" in r for r in steady):
+        out["mfu"] = statistics.fmean(r["mfu"] for r in steady)
+    return out
+
+
+def speed_cases(args) -> list[tuple[str, str, int, dict, bool]]:
+    """(label, case name, batch, training overrides, with a plain loop beside it)."""
+    from cselab.training.methods.paradigm import LOSSES
+
+    small, large = args.batch_sizes[0], args.batch_sizes[-1]
+    rows = [("simcse", "simcse", small, {}, True), ("compcse", "compcse-avg", small, {}, True),
+            ("simcse", "simcse", large, {}, True)]
+    for name, case in method_cases(LOSSES).items():
+        if name not in ("simcse", "compcse-avg") and not name.startswith("compcse-"):
+            batch = case[3] if args.device == "cuda" else min(case[3], small)
+            rows.append((name, name, batch, {"chunk_size": None}, False))
+    for batch, chunk in ((64, 16), (1024, 128)) if args.device == "cuda" else ((small, small // 4), (large, large // 8)):
+        rows += [(f"simcse unchunked b{batch}", "simcse", batch, {"chunk_size": None}, False),
+                 (f"simcse chunk {chunk} b{batch}", "simcse", batch, {"chunk_size": chunk}, False)]
+    return rows
+
+
+def check_speed(report: Report, args, model_dir: Path, generator: Path, lines: list[str], work: Path) -> None:
+    from cselab.training.methods.paradigm import LOSSES
+
+    cases = method_cases(LOSSES)
+    precision = "bf16" if args.device == "cuda" else "fp32"
+    for label, name, batch, overrides, plain in speed_cases(args):
+        if name == "infocse-stage2" or name == "infocse-stage1":
+            overrides = {**overrides, "chunk_size": None} if batch <= 128 else overrides
+        needed = args.speed_steps * batch
+        corpus_lines = (lines * (needed // max(1, len(lines)) + 1))[:needed]
+        corpus = work / f"speed-{batch}.txt"
+        corpus.write_text("\n".join(corpus_lines) + "\n")
+        spec = spec_for(name, cases[name], model_dir, generator, batch, args.speed_steps, precision, lr=3e-5,
+                        peak_tflops=args.peak_tflops if args.device == "cuda" else None, **overrides)
+        spec["id"] += f"-{label.replace(' ', '_')}"
+        if name == "infocse-stage2":
+            report.add("speed", label, None, batch=batch, note="timed as stage 2 without stage 1 weights")
+            spec["auxiliaries"]["infocse_mlm"]["options"]["pretrained"] = False
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(pipeline_speed(spec, corpus, work, args.device))
+            if plain:
+                method = "compcse" if name.startswith("compcse") else "simcse"
+                theirs.append(throughput.plain_train(model_dir, corpus_lines, method, batch, 32, args.speed_steps,
+                                                     args.device))
+        median = {k: statistics.median(o[k] for o in ours) for k in ours[0]}
+        extra = {}
+        if plain:
+            extra = {"plain_sentences_per_s": statistics.median(t["sentences_per_s"] for t in theirs)}
+            extra["ratio_to_plain"] = median["sentences_per_s"] / extra["plain_sentences_per_s"]
+        report.add("speed", label, None, batch=batch, precision=precision, **median, **extra)
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for acceptance.csv and acceptance.md")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when there is one")
+    ap.add_argument("--size", choices=("tiny", "base", "large"), default="base")
+    ap.add_argument("--corpus", type=Path, help="sentences to train on (default: generated)")
+    ap.add_argument("--senteval", type=Path, help="SentEval data: the STS check needs it")
+    ap.add_argument("--steps", type=int, default=30, help="steps of each method's training check")
+    ap.add_argument("--speed-steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch-sizes", default="64,512", help="the timed SimCSE batch sizes (CompCSE: the first)")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM: 989)")
+    ap.add_argument("--sections", default="train,layouts,sts,distributed,speed")
+    ap.add_argument("--methods", default=None, help="the training check's methods (default: all)")
+    args = ap.parse_args(argv)
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+
+    import torch
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name() if args.device == "cuda" else f"cpu x{torch.get_num_threads()}"
+    report = Report(f"{name}, torch {torch.__version__}, {args.size} BERT")
+    work = Path(tempfile.mkdtemp(prefix="cselab-acceptance-"))
+    model_dir, generator, lines = prepare(args, work)
+    sections = args.sections.split(",")
+    if "train" in sections:
+        check_training(report, args, model_dir, generator, lines, work)
+    if "layouts" in sections:
+        check_layouts(report, args, model_dir, lines)
+    if "sts" in sections and args.senteval:
+        check_sts(report, args, model_dir)
+    if "distributed" in sections:
+        check_distributed(report, args, model_dir, generator, lines, work)
+    if "speed" in sections:
+        check_speed(report, args, model_dir, generator, lines, work)
+    report.write(args.out, " ".join(["python", "benchmarks_scripts/gpu_acceptance.py",
+                                     *(argv if argv is not None else sys.argv[1:])]))
+    print(f"wrote {args.out / 'acceptance.csv'}; {report.failed} check(s) failed")
+    return 1 if report.failed else 0
+
+
+def prepare(args, work: Path) -> tuple[Path, Path, list[str]]:
+    """The BERT (built from a config), a generator of its vocabulary, and the sentences."""
+    import random
+
+    import torch
+    from transformers import AutoConfig, BertForMaskedLM
+
+    from train_speed import build_model
+
+    model_dir = build_model(work / "model", args.size, None)
+    torch.manual_seed(1)
+    generator = work / "generator"
+    config = AutoConfig.from_pretrained(model_dir)
+    config.num_hidden_layers = max(1, config.num_hidden_layers // 2)  # DiffCSE's generator: a smaller MLM
+    BertForMaskedLM(config).save_pretrained(generator)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (model_dir / name).exists():
+            (generator / name).write_bytes((model_dir / name).read_bytes())
+    if args.corpus:
+        lines = [ln for ln in args.corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    else:
+        rng = random.Random(0)
+        words = "a the man woman dog cat plays runs street garden music river quickly under over".split()
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 20))) + " ." for _ in range(4096)]
+    return model_dir, generator, lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())
