@@ -121,7 +121,14 @@ def figure_inputs(figure):
 
 
 onstart:
+    from cselab.pipeline.locks import hold_invocation
     from cselab.pipeline.tracking import init_store, resolve_tracking_uri
+
+    try:  # one live invocation per folder (Snakemake's own lock files can be deleted under it)
+        if workflow.is_main_process:
+            hold_invocation(".snakemake/cselab", os.environ.get(COMMAND_ENV))
+    except CselabError as e:
+        raise WorkflowError(str(e))
 
     try:  # an unreachable tracking server stops the workflow here, before any job
         init_store(resolve_tracking_uri(CFG), CFG["mlflow"]["experiment_name"])

@@ -228,7 +228,7 @@ OTHER_VALUE = {"checkpoint_steps": 7, "compile": True, "pad_to_multiple_of": 16,
                "dist_timeout_s": 60, "log_steps": 3, "dev_batch_size": 7, "eval_steps": 11, "eval_at_end": True,
                "temperature": 0.07, "pooler": "avg", "unpadded": False, "batchnorm_stats": "per_process",
                "chunk_size": 64, "collapse": {"min_effective_rank": 50.0, "max_uniformity": -3.0},
-               "peak_tflops": 100.0}
+               "peak_tflops": 100.0, "owner_wait_s": 5}
 
 
 def _plan(cfg: dict) -> tuple[dict, dict]:

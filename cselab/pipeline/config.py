@@ -345,7 +345,7 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 #   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
 # - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
 OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
-               "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
+               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
 USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")
 SCORING = ("eval_steps", "eval_at_end")
 

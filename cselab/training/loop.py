@@ -140,6 +140,7 @@ class TrainResult:
     resumed_from: int = 0
     tokens_per_s: float = float("nan")
     alarms: list[dict] = field(default_factory=list)  # collapse alarms: {"step", "reason"}
+    phases: dict = field(default_factory=dict)  # seconds outside the training steps: set-up, dev scoring, saving...
 
 
 @dataclass
@@ -183,6 +184,16 @@ class Trainer:
         self.out_dir, self.model_dir = Path(out_dir), Path(out_dir) / "model"
         self.main, self.world = D.is_main(), D.world_size()
         self.state = LoopState()
+        self.phases: dict[str, float] = {}  # wall seconds by phase (:meth:`phase`), this attempt's
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Add the block's wall time to ``phases[name]`` (where a job's time goes besides training)."""
+        tic = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - tic
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -334,14 +345,16 @@ class Trainer:
             if isinstance(head, nn.Module) and kind:
                 save_head(tmp, head, kind)
 
-        write_with(self.model_dir, fill)
+        with self.phase("save"):
+            write_with(self.model_dir, fill)
 
     def evaluate(self, keep: bool) -> None:
         """Rank 0 scores STS-B dev and keeps the best model; the others go on to the next step's
         collectives."""
         if not self.main:
             return
-        out = self.dev_score(self.encoder)
+        with self.phase("dev_eval"):
+            out = self.dev_score(self.encoder)
         metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
         score, s = metrics["stsb_dev_spearman"], self.state
         log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
@@ -398,6 +411,7 @@ class Trainer:
         if not math.isfinite(means["loss"]):
             raise FloatingPointError(f"loss became {means['loss']} by step {s.step}; lower training.lr")
         s.train_time += window.seconds
+        self.phases["train_steps"] = self.phases.get("train_steps", 0.0) + window.seconds
         s.tokens += window.tokens
         speed = {"sentences_per_s": window.sentences / window.seconds, "tokens_per_s": window.tokens / window.seconds}
         utilisation = diagnostics.mfu(self.encoder_parameters, window.encoded / window.seconds, self.peak)
@@ -432,7 +446,8 @@ class Trainer:
                 if s.step >= sched.last:
                     return
                 if checkpoints and every and s.step % every == 0:
-                    self.checkpoint(checkpoints, window)
+                    with self.phase("checkpoint"):
+                        self.checkpoint(checkpoints, window)
             s.epoch, s.order, s.next_start = s.epoch + 1, None, 0
 
     # -- finish ----------------------------------------------------------------------------------
@@ -492,11 +507,12 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         t["pad_to_multiple_of"] = 8
     set_seed(spec["seed"])  # the same on every process: the data order is shared
     run = Trainer(spec, t, _device(device), out_dir, dev_score, on_log)
-    run.set_up(corpus_path, artifacts, token_cache)
-    run.optimizer_and_schedule()
-    run.process_group()
-    checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
-    resumed = run.resume(checkpoints)
+    with run.phase("set_up"):
+        run.set_up(corpus_path, artifacts, token_cache)
+        run.optimizer_and_schedule()
+        run.process_group()
+        checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
+        resumed = run.resume(checkpoints)
     resumed_from = run.state.step
     if t.get("compile"):
         run.compile_step(mode=None if t["compile"] is True else t["compile"])
@@ -511,7 +527,7 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     return TrainResult(best_step=s.best_step, best_dev=s.best_dev, steps=s.step, train_seconds=s.train_time,
                        sentences_per_s=s.seen / s.train_time if s.train_time else float("nan"), curve=s.curve,
                        resumed_from=resumed_from, tokens_per_s=s.tokens / s.train_time if s.train_time else math.nan,
-                       alarms=s.alarms)
+                       alarms=s.alarms, phases=dict(run.phases))
 
 
 def _device(device: str | None) -> torch.device:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -39,8 +41,46 @@ def senteval_root(manifest: str | Path) -> Path:
     return Path(json.loads(Path(manifest).read_text())["root"])
 
 
+def process_seconds() -> float:
+    """Wall seconds since this process started (its interpreter start and imports included)."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
+def time_breakdown(phases: dict[str, float], log_prefix: str) -> dict[str, float]:
+    """Where a job's process spent its time: ``phases`` (the loop's, :class:`Trainer.phase`)
+    plus the start of the process and the rest (MLflow, model load outside them, saving the
+    outputs); logged as one line and returned for the summary and the MLflow run."""
+    total = process_seconds()
+    phases = {"start": _CLOCK.get("start", 0.0), **phases}
+    out = {k: round(v, 2) for k, v in phases.items()}
+    out["other"] = round(max(0.0, total - sum(phases.values())), 2)
+    out["total"] = round(total, 2)
+    work = out.get("train_steps", 0.0) + out.get("dev_eval", 0.0) + out.get("evaluate", 0.0)
+    out["outside_work"] = round(total - work, 2)
+    log.info("%s: %s", log_prefix, ", ".join(f"{k} {v:.1f} s" for k, v in out.items()))
+    return out
+
+
+_CLOCK: dict[str, float] = {}  # "start": seconds from the process's start to the job function
+
+
+def set_threads(threads: int) -> None:
+    """The job's CPU threads for torch, without importing it: a job that never needs torch (a
+    table, a figure drawn from results) does not pay its import; one that does reads the
+    variables when it first imports torch."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(max(1, threads))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(max(1, threads))
+
+
 def main(smk, job: Callable) -> None:
-    """Run ``job(smk)`` for a Snakemake ``script:``: log to the rule's log file, clear user errors."""
+    """Run ``job(smk)`` for a Snakemake ``script:``: log to the rule's log file, clear user errors;
+    the last line of the log says how long the job's process took and whether it imported torch."""
+    started = time.perf_counter()
+    _CLOCK["start"] = process_seconds()  # interpreter, Snakemake's script preamble, the imports above
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
@@ -48,15 +88,12 @@ def main(smk, job: Callable) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         handlers=handlers, force=True)
     quiet_third_party_loggers()
-    try:  # rules in the spans environment run without torch
-        import torch
-
-        torch.set_num_threads(max(1, int(smk.threads)))
-    except ImportError:
-        pass
+    set_threads(int(smk.threads))
     smk.cselab_job = job.__name__
     try:
         job(smk)
+        log.info("rule %s done in %.1f s (this process; torch %s)", smk.rule, time.perf_counter() - started,
+                 "imported" if "torch" in sys.modules else "not imported")
     except CselabError as e:
         log.error("%s", e)
         print(f"\ncselab error in rule {smk.rule}: {e}\n", file=sys.stderr)

@@ -12,7 +12,7 @@ from cselab.evaluation.encoding import ModelEncoder
 from cselab.io import write_json
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
-from cselab.pipeline.jobs import run, senteval_root
+from cselab.pipeline.jobs import run, senteval_root, time_breakdown
 
 
 def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None = None) -> None:
@@ -27,13 +27,16 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
         result = compute(model)
         if "pairs" in result:
             save_pairs(smk.output.pairs, result.pop("pairs"))
-        result.update(experiment=exp_id, settings=smk.params.settings, wall_seconds=time.perf_counter() - tic,
-                      **model.stats(), mlflow_run_id=r.run_id)
+        wall = time.perf_counter() - tic
+        result.update(experiment=exp_id, settings=smk.params.settings, wall_seconds=wall, **model.stats(),
+                      mlflow_run_id=r.run_id)
+        result["job_seconds"] = time_breakdown({"evaluate": wall}, "where the job's time went")
         prefix = smk.rule.removeprefix("evaluate_")
         r.log_metrics({**{f"{prefix}.{k}": v for k, v in result["scores"].items()},
                        **({"avg": result["avg"]} if result.get("avg") is not None else {}),
                        **{k: result[k] for k in ("wall_seconds", "encode_seconds", "encode_sentences_per_s",
-                                                 "cache_hits", "cache_misses") if result.get(k) is not None}})
+                                                 "cache_hits", "cache_misses") if result.get(k) is not None},
+                       **{f"job.{k}_s": v for k, v in result["job_seconds"].items()}})
         write_json(smk.output[0], result)
         r.log_artifact(smk.output[0])
 

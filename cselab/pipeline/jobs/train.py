@@ -16,8 +16,16 @@ import pandas as pd
 
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
-from cselab.pipeline.jobs import run, senteval_root
+from cselab.pipeline.jobs import run, senteval_root, time_breakdown
 
+
+
+def owner(out_dir: Path, smk, name: str, ops: dict):
+    """The experiment folder's lock for the job's whole life (:mod:`cselab.pipeline.locks`)."""
+    from cselab.pipeline.locks import experiment_owner
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return experiment_owner(out_dir, f"rule {smk.rule} for {name}", wait_s=ops["owner_wait_s"])
 
 
 def _artifacts(smk) -> dict[str, Path]:
@@ -30,7 +38,7 @@ def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
     checkpoint, else a new one (the interrupted one retired)."""
     from cselab.training.checkpoints import Checkpoints, fingerprint
 
-    previous = tracking.previous_run(out_dir)
+    previous = tracking.previous_run(out_dir)  # read under the folder's lock: never another live job's run
     resumable = previous is not None and Checkpoints(
         out_dir / "resume", fingerprint(spec, Path(smk.input.corpus), _artifacts(smk))).peek() is not None
     params = {**spec, "operational": ops, **world_params(ops)}
@@ -99,6 +107,8 @@ def _summary(result, r, scored: bool) -> dict:
         best = None if math.isnan(result.best_dev) else result.best_dev
         metrics.update(best_stsb_dev_spearman=best, best_step=result.best_step)
         summary.update(best_step=result.best_step, stsb_dev_spearman=best)
+    summary["job_seconds"] = time_breakdown(result.phases, "where the job's time went")
+    metrics.update({f"job.{k}_s": v for k, v in summary["job_seconds"].items()})
     r.log_metrics({k: v for k, v in metrics.items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
     return {**summary, "mlflow_run_id": r.run_id}
 
@@ -126,7 +136,7 @@ def train(smk) -> None:
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
                         batch_size=ops["dev_batch_size"])
-    with _job_run(smk, spec, ops, out_dir) as r:
+    with owner(out_dir, smk, spec["id"], ops), _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
@@ -142,7 +152,7 @@ def pretrain(smk) -> None:
     spec = smk.params.spec
     ops = operational_settings(validate(smk.config), stage=spec["name"])
     out_dir = Path(smk.output.model).parent
-    with _job_run(smk, spec, ops, out_dir, label=spec["id"]) as r:
+    with owner(out_dir, smk, spec["id"], ops), _job_run(smk, spec, ops, out_dir, label=spec["id"]) as r:
         result = _loop(smk, spec, ops, out_dir, None, r)
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec["name"], "spec": spec, "steps": result.steps})
