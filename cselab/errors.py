@@ -26,6 +26,10 @@ class ExportError(CselabError):
     """An export that cannot be built or shared (no card, no token, no repository id)."""
 
 
+class NumericError(CselabError, FloatingPointError):
+    """Training diverged (a NaN or infinite loss, a collapsed model): names the settings behind it."""
+
+
 class TrackingError(CselabError):
     """The MLflow tracking server cannot be reached (names the server and the ways out)."""
 

@@ -30,6 +30,17 @@ os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uui
 # and its command line, which a model card quotes as the command that reproduces it
 os.environ.setdefault(COMMAND_ENV, shlex.join(["snakemake", *sys.argv[1:]]))
 
+# A local corpus replaced in place since it was prepared (its size, or its bytes when its mtime
+# moved): prepare it again, so exactly the trainings that read it are planned again.
+if workflow.is_main_process and workflow.dag_settings is not None:
+    from cselab.data.integrity import corpus_source_changed
+
+    _corpus_change = corpus_source_changed(OUT.CORPUS_MANIFEST, CFG["data"]["corpus"].get("path"))
+    if _corpus_change:
+        print(f"cselab: the corpus {CFG['data']['corpus']['path']} changed since it was prepared ({_corpus_change}): "
+              "rule prepare_corpus runs again, and so does every training that reads its corpus", file=sys.stderr)
+        workflow.dag_settings.forcerun = frozenset({*workflow.dag_settings.forcerun, "prepare_corpus"})
+
 # every SentEval task, whatever the tables need: the manifest is an input of training (STS-B dev)
 # and must not change when a table is added
 SENTEVAL_TASKS = list(KNOWN_TASKS)
@@ -86,6 +97,29 @@ def training_inputs(spec):
 
 def model_input(wildcards):
     return cfg_call(cselab_targets.model_input, wildcards.exp)
+
+
+def _dry_run() -> bool:
+    """Whether this invocation only plans (-n / --dry-run / --dryrun, alone or in a short-flag group)."""
+    return any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+               for a in sys.argv[1:])
+
+
+# A trained model damaged since training ended (a file missing, truncated or changed; checked by
+# size, and by sha256 when its mtime moved): moved aside before planning, so this invocation
+# retrains it before anything reads it (no job fails on it, no retry is spent).
+if workflow.is_main_process:
+    from cselab.models.checkpoints import damaged_model
+
+    for _model in sorted(Path(".").glob(OUT.path(OUT.MODEL, exp="*"))):
+        _problem = damaged_model(_model)
+        if _problem and _dry_run():
+            print(f"cselab: {_problem}; a real run moves {_model} aside and retrains it first", file=sys.stderr)
+        elif _problem:
+            _aside = f"{_model}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+            os.rename(_model, _aside)
+            print(f"cselab: {_problem}; moved {_model} to {_aside}: rule train rebuilds it in this run",
+                  file=sys.stderr)
 
 
 def mteb_sources(exp):

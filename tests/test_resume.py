@@ -154,13 +154,52 @@ def test_half_written_checkpoint_is_ignored(tiny_bert, reference, tmp_path, capl
     out, resume = tmp_path / "out", tmp_path / "out" / "resume"
     with pytest.raises(Crash):
         train(reference.spec(), reference.corpus, probe_dev, out, on_log=crash_at(5), checkpoint_dir=resume)
-    assert sorted(p.name for p in resume.iterdir()) == ["step-00000004"]
+    assert sorted(p.name for p in resume.iterdir()) == ["step-00000002", "step-00000004"]  # the two latest
     stray = resume / ".step-00000006.tmp"  # killed while writing the next checkpoint
     stray.mkdir()
     (stray / "state.pt").write_bytes(b"\x80\x02 truncated")
     with caplog.at_level(logging.INFO, logger="cselab.training"):
         res = train(reference.spec(), reference.corpus, probe_dev, out, checkpoint_dir=resume)
     assert res.resumed_from == 4 and "from step 4" in caplog.text
+    assert_same_run(out, res, reference)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "unloadable-without-checksums"])
+def test_damaged_checkpoint_is_moved_aside_and_the_previous_one_resumes(tiny_bert, reference, tmp_path, caplog,
+                                                                         damage):
+    """A truncated or bit-flipped state.pt fails its checksum; an old checkpoint without
+    checksums that does not load fails its load: either is moved aside (``.corrupt``) with one
+    message naming it, the run resumes from the previous checkpoint and ends as the reference."""
+    out, resume = tmp_path / "out", tmp_path / "out" / "resume"
+    with pytest.raises(Crash):
+        train(reference.spec(), reference.corpus, probe_dev, out, on_log=crash_at(5), checkpoint_dir=resume)
+    state = resume / "step-00000004" / "state.pt"
+    data = state.read_bytes()
+    if damage == "truncate":
+        state.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        state.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    else:
+        meta = json.loads((state.parent / "meta.json").read_text())
+        (state.parent / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "files"}))
+        state.write_bytes(data[: len(data) // 2])
+    with caplog.at_level(logging.INFO, logger="cselab.training"):
+        res = train(reference.spec(), reference.corpus, probe_dev, out, checkpoint_dir=resume)
+    assert res.resumed_from == 2
+    assert "step-00000004 is damaged" in caplog.text and "resuming from the previous one, step-00000002" in caplog.text
+    assert_same_run(out, res, reference)
+    assert not resume.exists()  # a completed run removes its checkpoints, the damaged one too
+
+
+def test_every_checkpoint_damaged_starts_over(tiny_bert, reference, tmp_path, caplog):
+    out, resume = tmp_path / "out", tmp_path / "out" / "resume"
+    with pytest.raises(Crash):
+        train(reference.spec(), reference.corpus, probe_dev, out, on_log=crash_at(5), checkpoint_dir=resume)
+    for state in resume.glob("step-*/state.pt"):
+        state.write_bytes(b"")
+    with caplog.at_level(logging.INFO, logger="cselab.training"):
+        res = train(reference.spec(), reference.corpus, probe_dev, out, checkpoint_dir=resume)
+    assert res.resumed_from == 0 and "starting from step 0" in caplog.text
     assert_same_run(out, res, reference)
 
 

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
 from pathlib import Path
 
 from cselab.data.download import local_or_download, url_basename
 from cselab.errors import DataError
 from cselab.io import open_atomic, write_json
 
+log = logging.getLogger(__name__)
+
 #: File name of the full SimCSE corpus and its published line count.
 CORPUS_FILENAME = "wiki1m_for_simcse.txt"
 CORPUS_FULL_LINES = 1_000_000
+#: a line longer than this many characters is cut to it (the SimCSE corpus's longest line has
+#: 2,919; training reads max_len tokens of a line anyway)
+MAX_LINE_CHARS = 10_000
+#: characters that drop a line: NUL and the other C0/C1 controls (tab excepted), binary debris
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def prepare_corpus(
@@ -28,8 +37,10 @@ def prepare_corpus(
 
     ``path`` (a local file) wins over ``url`` (downloaded into ``download_dir``; ``sha256``, if
     given, pins the download only). Lines lose their trailing newline; empty and whitespace-only
-    lines are dropped; with ``max_lines`` only the first ``max_lines`` remaining lines are kept.
-    The full SimCSE corpus (downloaded, uncapped) must have 1,000,000 lines.
+    lines are dropped, and so are lines holding NUL or other control characters (counted:
+    ``dropped_control_lines``); a line over :data:`MAX_LINE_CHARS` characters is cut to it
+    (``truncated_lines``); with ``max_lines`` only the first ``max_lines`` remaining lines are
+    kept. The full SimCSE corpus (downloaded, uncapped) must have 1,000,000 lines.
 
     Returns the manifest: ``source, source_sha256, source_lines, out, out_lines, out_sha256,
     max_lines``.
@@ -42,8 +53,10 @@ def prepare_corpus(
         raise DataError(f"Corpus file {got.path} is empty (data.corpus.path); point data.corpus.path at the real "
                         "corpus (one sentence per line).")
     full = got.archive is not None and max_lines is None and url_basename(url) == CORPUS_FILENAME
+    st = got.path.stat()
     result = {"source": got.source, **_clean_corpus(got.path, Path(out_txt), max_lines, full),
-              "max_lines": max_lines}
+              "max_lines": max_lines, "source_path": str(got.path.resolve()), "source_bytes": st.st_size,
+              "source_mtime_ns": st.st_mtime_ns, "out_bytes": Path(out_txt).stat().st_size}
     write_json(manifest, result)
     return result
 
@@ -52,7 +65,7 @@ def _clean_corpus(src: Path, out_txt: Path, max_lines: int | None, full: bool) -
     """Copy ``src`` to ``out_txt`` one sentence per line: trailing newlines off, blank lines out,
     at most ``max_lines``; ``full`` (the SimCSE corpus itself) must have 1,000,000 lines."""
     src_hash, out_hash = hashlib.sha256(), hashlib.sha256()
-    source_lines = out_lines = 0
+    source_lines = out_lines = dropped = truncated = 0
     with open(src, "rb") as f, open_atomic(out_txt, "wb") as out:
         for raw in f:
             src_hash.update(raw)
@@ -65,6 +78,11 @@ def _clean_corpus(src: Path, out_txt: Path, max_lines: int | None, full: bool) -
             line = line.rstrip("\r\n")
             if not line.strip() or (max_lines is not None and out_lines >= max_lines):
                 continue
+            if _CONTROL.search(line):
+                dropped += 1
+                continue
+            if len(line) > MAX_LINE_CHARS:
+                line, truncated = line[:MAX_LINE_CHARS], truncated + 1
             data = (line + "\n").encode("utf-8")
             out.write(data)
             out_hash.update(data)
@@ -74,8 +92,12 @@ def _clean_corpus(src: Path, out_txt: Path, max_lines: int | None, full: bool) -
         if full and source_lines != CORPUS_FULL_LINES:
             raise DataError(f"Corpus file {src} has {source_lines} lines, expected {CORPUS_FULL_LINES}: "
                             f"truncated or corrupt download, delete {src} and re-run.")
+    if dropped or truncated:
+        log.warning("corpus %s: %d line(s) with control characters dropped, %d line(s) over %d characters cut",
+                    src, dropped, truncated, MAX_LINE_CHARS)
     return {"source_sha256": src_hash.hexdigest(), "source_lines": source_lines, "out": str(out_txt),
-            "out_lines": out_lines, "out_sha256": out_hash.hexdigest()}
+            "out_lines": out_lines, "out_sha256": out_hash.hexdigest(), "dropped_control_lines": dropped,
+            "truncated_lines": truncated}
 
 
 def read_sentences(path: Path, min_lines: int = 1) -> list[str]:

@@ -76,8 +76,12 @@ def load_backbone(path: Path, dropout: float | None = None):
                     setattr(config, attr, dropout)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModel.from_pretrained(path, config=config)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load the model in {path}: {e}") from e
+    except Exception as e:  # noqa: BLE001 (a damaged weights file raises its library's own errors)
+        problem = damaged_model(path)
+        if problem:
+            raise ModelError(f"the model in {path} is damaged: {problem}. It is rule train's output: move the "
+                             f"folder aside (or delete it) and rerun; the next run retrains it") from e
+        raise ModelError(f"cannot load the model in {path}: {type(e).__name__}: {str(e)[:300]}") from e
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ModelError(f"the tokenizer in {path} has no CLS/SEP tokens; cselab needs a BERT- or RoBERTa-style model")
     return tokenizer, model
@@ -90,3 +94,48 @@ def model_path(model_input: str | Path) -> Path:
 
     path = Path(model_input)
     return resolve_model(json.loads(path.read_text())["model"]) if path.is_file() else path
+
+
+#: a trained model folder's record of its files (size, mtime, sha256), written when training ends
+FILES_RECORD = "files.json"
+
+
+def record_model_files(model_dir: Path) -> None:
+    """Write :data:`FILES_RECORD`: every file's size, modification time and sha256."""
+    import hashlib
+    import json
+
+    model_dir = Path(model_dir)
+    files = {}
+    for f in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != FILES_RECORD):
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        st = f.stat()
+        files[str(f.relative_to(model_dir))] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": h.hexdigest()}
+    (model_dir / FILES_RECORD).write_text(json.dumps(files, indent=1))
+
+
+def damaged_model(model_dir: Path) -> str | None:
+    """Why a trained model folder no longer holds what training wrote (a file missing, of another
+    size, or of another sha256 when its mtime moved), or None (also for a folder without a record)."""
+    import json
+
+    from cselab.io import sha256_file
+
+    record = Path(model_dir) / FILES_RECORD
+    try:
+        files = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    for rel, want in files.items():
+        f = Path(model_dir) / rel
+        if not f.is_file():
+            return f"{f} is missing"
+        st = f.stat()
+        if st.st_size != want["bytes"]:
+            return f"{f} has {st.st_size} bytes, training wrote {want['bytes']}"
+        if st.st_mtime_ns != want["mtime_ns"] and sha256_file(f) != want["sha256"]:
+            return f"{f} does not match the sha256 training recorded"
+    return None

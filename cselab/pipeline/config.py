@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 from importlib import resources
@@ -44,6 +45,21 @@ def load_schema() -> dict:
     return schema
 
 
+def check_finite(node, where: str = "") -> None:
+    """No setting anywhere in the config is NaN or infinite (YAML's ``.nan``, ``.inf``): a JSON
+    schema's bounds let them through (every comparison with NaN is false), so they are refused
+    here, naming the key."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            check_finite(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            check_finite(value, f"{where}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"config key '{where}': {node} is not a finite number; give a number, or null where the "
+                          "setting allows it")
+
+
 def validate(config: dict) -> dict:
     """Validate ``config`` against the schema and the method registry; return a resolved deep copy
     (``methods`` tables expanded into their experiments, ``data_dir`` into data paths).
@@ -51,6 +67,7 @@ def validate(config: dict) -> dict:
     Raises :class:`ConfigError` with one message naming the first offending key.
     """
     cfg = copy.deepcopy(dict(config))
+    check_finite(cfg)
     check_schema(cfg, load_schema())
 
     for name, stage in cfg.get("pretraining", {}).items():

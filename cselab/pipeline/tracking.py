@@ -22,7 +22,9 @@ import logging
 import os
 import platform
 import re
+import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Any, Iterator
 
 from cselab.errors import TrackingError
 from cselab.pipeline import outputs
+from cselab.training.preemption import Preempted
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,21 @@ def _store_lock(uri: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _readable_store(uri: str) -> Iterator[None]:
+    """A local SQLite store that is not a readable MLflow database ends in one message naming it."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 (SQLAlchemy's, alembic's and MLflow's own errors alike)
+        if not uri.startswith("sqlite:///") or isinstance(e, TrackingError):
+            raise
+        db = uri[len("sqlite:///"):]
+        raise TrackingError(f"the MLflow store {db} cannot be read ({_reason(e)}): it is damaged or not an MLflow "
+                            f"database. Move it aside (mv {db} {db}.damaged) and rerun to start a new store (results "
+                            "on disk are kept; their runs are in the old file), or point MLFLOW_TRACKING_URI at "
+                            "another store") from e
 
 
 def is_remote(uri: str) -> bool:
@@ -203,7 +221,7 @@ def init_store(uri: str, experiment_name: str) -> str:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    with _store_lock(uri):
+    with _store_lock(uri), _readable_store(uri):
         exp = client.get_experiment_by_name(experiment_name)
         if exp is not None:
             return exp.experiment_id
@@ -216,12 +234,107 @@ def init_store(uri: str, experiment_name: str) -> str:
             return client.get_experiment_by_name(experiment_name).experiment_id
 
 
-class Run:
-    """A thin handle on the active MLflow run."""
+#: where a training job keeps the MLflow calls a tracking outage kept from the server
+BUFFER_NAME = "mlflow_buffer.jsonl"
+REPLAY_EVERY_S = 15.0  # while the server is down, how often the buffer is tried again
 
-    def __init__(self, run):
+
+def _tracking_errors() -> tuple[type[BaseException], ...]:
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    return MlflowException, requests.RequestException, OSError
+
+
+class Buffer:
+    """MLflow calls that could not reach the server, in order, one JSON line each (a batch of
+    metrics, tags, an artifact, the run's end), replayed when the server answers again, at the
+    latest when the job ends; ``python -m cselab.pipeline.tracking replay <file>`` replays a
+    buffer a job left behind."""
+
+    def __init__(self, path: Path, uri: str, run_id: str):
+        self.path, self.uri, self.run_id = Path(path), uri, run_id
+        self.last_try = 0.0
+
+    def __len__(self) -> int:
+        try:
+            with open(self.path) as fh:
+                return sum(1 for _ in fh)
+        except OSError:
+            return 0
+
+    def add(self, op: str, **kwargs) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"op": op, "uri": self.uri, "run_id": self.run_id, **kwargs}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def replay(self) -> bool:
+        """Send the buffered calls in order; True when none is left (the file is then removed)."""
+        self.last_try = time.monotonic()
+        return replay_file(self.path) == 0
+
+
+def _execute(client, op: dict) -> None:
+    from mlflow.entities import Metric
+
+    run_id = op["run_id"]
+    if op["op"] == "log_batch":
+        client.log_batch(run_id, metrics=[Metric(k, v, ts, step) for k, v, ts, step in op["metrics"]])
+    elif op["op"] == "set_tags":
+        for k, v in op["tags"].items():
+            client.set_tag(run_id, k, v)
+    elif op["op"] == "log_artifact":
+        path = Path(op["path"])
+        if path.is_dir():
+            client.log_artifacts(run_id, str(path), op.get("artifact_path"))
+        elif path.is_file():
+            client.log_artifact(run_id, str(path), op.get("artifact_path"))
+    elif op["op"] == "end_run":
+        client.set_terminated(run_id, status=op["status"])
+
+
+def replay_file(path: str | Path) -> int:
+    """Replay a buffer file's calls in order; return how many are left (0: the file is removed)."""
+    from mlflow import MlflowClient
+
+    path = Path(path)
+    try:
+        ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return 0
+    for i, op in enumerate(ops):
+        try:
+            _execute(MlflowClient(op["uri"]), op)
+        except _tracking_errors():
+            rest = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            rest.write_text("".join(json.dumps(o) + "\n" for o in ops[i:]))
+            os.replace(rest, path)
+            return len(ops) - i
+    path.unlink(missing_ok=True)
+    return 0
+
+
+class Run:
+    """A thin handle on the active MLflow run. With a :class:`Buffer` (a training job), a call
+    the server does not take is buffered instead of failing the job."""
+
+    def __init__(self, run, buffer: Buffer | None = None):
         self.run = run
         self.run_id = run.info.run_id
+        self.buffer = buffer
+
+    def _guard(self, call, op: str, **buffered) -> None:
+        if self.buffer is not None and len(self.buffer):
+            self.buffer.add(op, **buffered)  # keep the order: after what is already buffered
+            return
+        try:
+            call()
+        except _tracking_errors() as e:
+            if self.buffer is None:
+                raise
+            log.warning("MLflow did not take %s (%s): buffered in %s", op, _reason(e), self.buffer.path)
+            self.buffer.add(op, **buffered)
 
     def log_params(self, params: dict) -> None:
         import mlflow
@@ -235,49 +348,89 @@ class Run:
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         import mlflow
 
-        mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items() if v is not None}, step=step)
+        clean = {metric_name(k): float(v) for k, v in metrics.items() if v is not None}
+        now = int(time.time() * 1000)
+        self._guard(lambda: mlflow.log_metrics(clean, step=step), "log_batch",
+                    metrics=[[k, v, now, step or 0] for k, v in clean.items()])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         import mlflow
 
         path = Path(path)
-        if path.is_dir():
-            mlflow.log_artifacts(str(path), artifact_path=artifact_path)
-        else:
-            mlflow.log_artifact(str(path), artifact_path=artifact_path)
+        call = ((lambda: mlflow.log_artifacts(str(path), artifact_path=artifact_path)) if path.is_dir()
+                else (lambda: mlflow.log_artifact(str(path), artifact_path=artifact_path)))
+        self._guard(call, "log_artifact", path=str(path.resolve()), artifact_path=artifact_path)
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         import mlflow
 
-        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+        clean = {k: str(v) for k, v in tags.items()}
+        self._guard(lambda: mlflow.set_tags(clean), "set_tags", tags=clean)
+
+    def flush(self) -> bool:
+        """Replay the buffer (training is over: wait for the server with backoff, up to
+        :data:`FLUSH_WAIT_S`); True when nothing is left."""
+        if self.buffer is None or not len(self.buffer):
+            return True
+        deadline, pause = time.monotonic() + FLUSH_WAIT_S, 2.0
+        while not self.buffer.replay():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 30.0)
+        log.info("MLflow answers again: the buffered calls were replayed")
+        return True
+
+
+#: how long a training job that ends during an outage waits for the server before it leaves
+#: its buffer behind (its outputs are written either way)
+FLUSH_WAIT_S = float(os.environ.get("CSELAB_MLFLOW_FLUSH_WAIT_S", "120"))
 
 
 class RunMetrics:
     """Log curve rows to one run by id: picklable, so a training process other than the job's
-    own (rank 0 of a multi-process job) reports to the job's run while it trains."""
+    own (rank 0 of a multi-process job) reports to the job's run while it trains. With a buffer
+    file, a row the server does not take (after MLflow's own retries) is buffered and training
+    goes on; the buffer is retried every :data:`REPLAY_EVERY_S` seconds and before the job ends."""
 
-    def __init__(self, uri: str, run_id: str):
-        self.uri, self.run_id = uri, run_id
+    def __init__(self, uri: str, run_id: str, buffer: str | Path | None = None):
+        self.uri, self.run_id, self.buffer_path = uri, run_id, buffer
+        self._buffer: Buffer | None = None
 
     @classmethod
     def of(cls, run: Run) -> "RunMetrics":
         import mlflow
 
-        return cls(mlflow.get_tracking_uri(), run.run_id)
+        return cls(mlflow.get_tracking_uri(), run.run_id, run.buffer.path if run.buffer else None)
 
     def __call__(self, row: dict) -> None:
         from mlflow import MlflowClient
         from mlflow.entities import Metric
 
         step, now = int(row["step"]), int(time.time() * 1000)
-        metrics = [Metric(metric_name(k), float(v), now, step) for k, v in row.items()
+        metrics = [[metric_name(k), float(v), now, step] for k, v in row.items()
                    if k not in ("step", "epoch") and v is not None]
-        MlflowClient(self.uri).log_batch(self.run_id, metrics=metrics)
+        buffer = self._buffer or (Buffer(Path(self.buffer_path), self.uri, self.run_id) if self.buffer_path else None)
+        self._buffer = buffer
+        if buffer is not None and len(buffer):
+            if time.monotonic() - buffer.last_try < REPLAY_EVERY_S or not buffer.replay():
+                buffer.add("log_batch", metrics=metrics)
+                return
+        try:
+            MlflowClient(self.uri).log_batch(self.run_id, metrics=[Metric(*m) for m in metrics])
+        except _tracking_errors() as e:
+            if buffer is None:
+                raise
+            log.warning("MLflow did not take the metrics of step %d (%s): training goes on, metrics buffered in "
+                        "%s", step, _reason(e), buffer.path)
+            buffer.add("log_batch", metrics=metrics)
+            buffer.last_try = time.monotonic()
 
 
 #: a training job's MLflow run id, kept in its output folder while the job has not completed
 RUN_FILE = "mlflow_run.json"
 RESUMED_TAG, SUCCESSOR_TAG, PREDECESSOR_TAG = "cselab.resumed", "cselab.successor_run_id", "cselab.predecessor_run_id"
+PREEMPTED_TAG = "cselab.preempted"  # the signal and the last step of an attempt stopped by a signal
 
 
 def previous_run(out_dir: Path) -> str | None:
@@ -328,6 +481,54 @@ def _resumable(run_id: str | None):
         return None
 
 
+def _end(handle: Run, status: str) -> None:
+    """End the active run; a buffered run whose server is down leaves its end in the buffer."""
+    import mlflow
+
+    if handle.buffer is None:
+        mlflow.end_run(status)
+        return
+    if handle.flush():
+        try:
+            mlflow.end_run(status)
+            return
+        except _tracking_errors():
+            pass
+    handle.buffer.add("end_run", status=status)
+    with contextlib.suppress(*_tracking_errors()):
+        mlflow.end_run(status)  # the local run stack ends here; the server gets the status on replay
+    message = (f"MLflow server {handle.buffer.uri} did not answer after training; the run {handle.run_id}'s last "
+               f"{len(handle.buffer)} call(s) (metrics, artifacts, its end: {status}) are in {handle.buffer.path}. "
+               f"The outputs are complete. Replay them when the server is back: "
+               f"python -m cselab.pipeline.tracking replay {handle.buffer.path}")
+    log.warning("%s", message)
+    print(f"\ncselab: {message}\n", file=sys.stderr)
+
+
+def limit_http_retries() -> None:
+    """MLflow's HTTP retries for a training job (unless set): a failed call costs seconds, not the
+    minutes of MLflow's defaults, and the job's buffer takes over (:class:`Buffer`)."""
+    for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5"),
+                        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):
+        os.environ.setdefault(name, value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cselab.pipeline.tracking replay FILE...``: send a job's buffered MLflow calls."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m cselab.pipeline.tracking", description=main.__doc__)
+    ap.add_argument("command", choices=["replay"])
+    ap.add_argument("files", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    left = 0
+    for path in args.files:
+        n = replay_file(path)
+        print(f"{path}: {'all calls replayed' if n == 0 else f'{n} call(s) left (the server did not answer)'}")
+        left += n
+    return 1 if left else 0
+
+
 def _log_params_once(handle: "Run", params: dict, logged: dict) -> None:
     """A resumed run keeps its params; a value that changed since (an operational setting such
     as the number of processes) becomes a tag ``cselab.resume.<param>``."""
@@ -343,11 +544,16 @@ def _log_params_once(handle: "Run", params: dict, logged: dict) -> None:
 @contextlib.contextmanager
 def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str | None = None,
                params: dict | None = None, tags: dict | None = None, label: str | None = None,
-               fallback: str = "none", source: str | None = None, resume: str | None = None) -> Iterator[Run]:
+               fallback: str = "none", source: str | None = None, resume: str | None = None,
+               buffer: Path | None = None) -> Iterator[Run]:
     """Open one MLflow run for a rule job, tagged for traceability; failed jobs end FAILED.
 
     ``uri`` is checked first (see :func:`resolve`), so an unreachable server fails the job
-    before its work; a server that stops answering later fails it with a :class:`TrackingError`.
+    before its work; a server that stops answering later fails it with a :class:`TrackingError`,
+    except with a ``buffer`` file (a training job): its calls are then buffered, replayed when the
+    server answers again, and at the end, where a server still down after
+    :data:`FLUSH_WAIT_S` leaves the rest (the run's end included) in the buffer with one message
+    saying how to replay it; the job's outputs are kept either way.
     ``source`` (the rule's script, relative to the repository) is the run's source in the UI.
     ``resume``: the run id of an interrupted attempt this job continues (from its checkpoint):
     that run is reopened (tagged ``cselab.resumed``) instead of a new one.
@@ -379,10 +585,16 @@ def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str 
         with mlflow.start_run(**({"run_id": previous.info.run_id} if previous is not None else
                                  {"experiment_id": exp, "run_name": run_name}),
                               tags={k: str(v) for k, v in all_tags.items()}) as run:
-            handle = Run(run)
+            handle = Run(run, Buffer(buffer, target.uri, run.info.run_id) if buffer else None)
             if params:
                 _log_params_once(handle, params, previous.data.params if previous is not None else {})
-            yield handle
+            try:
+                yield handle
+            except Preempted as e:  # stopped on a signal with a checkpoint: KILLED, reopened by the next attempt
+                handle.set_tags({PREEMPTED_TAG: f"{signal.Signals(e.signum).name} after step {e.step}"})
+                _end(handle, "KILLED")
+                raise
+            _end(handle, "FINISHED")
     except (MlflowException, requests.RequestException) as e:
         if not is_remote(target.uri):
             raise
@@ -390,3 +602,7 @@ def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str 
             raise TrackingError(_unreachable(target.uri, _reason(e), during=f"rule {rule}",
                                              from_env=from_env)) from e
         raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -37,41 +37,61 @@ def fingerprint(spec: dict, corpus_path: Path, artifacts: dict | None = None) ->
 
 class Checkpoints:
     """The resumable state of one run: ``root/step-<N>/`` holding ``state.pt``, ``meta.json``
-    (fingerprint, step) and ``best/`` (the best model so far, hard-linked where possible).
+    (fingerprint, step, the sha256 and size of every file) and ``best/`` (the best model so far,
+    hard-linked where possible).
 
-    A checkpoint is written to a hidden temporary directory and renamed into place
-    (:func:`cselab.io.atomic_path`) before older ones are removed, so a kill at any point leaves
-    the previous one usable.
+    A checkpoint is written to a hidden temporary directory, its files fsynced, and renamed
+    into place (:func:`cselab.io.atomic_path`); the two latest are kept, so a kill at any point,
+    or a checkpoint damaged afterwards, leaves a good one. On resume a checkpoint whose files
+    fail their checksums or do not load is moved aside (``step-<N>.corrupt``) with one message
+    naming it, and the run resumes from the previous good one, or from step 0, and says which.
     """
+
+    KEEP = 2
 
     def __init__(self, root: Path, fingerprint: str):
         self.root, self.fingerprint = Path(root), fingerprint
 
+    def _candidates(self) -> list[Path]:
+        """Checkpoints with a readable meta.json of this run's fingerprint, newest first."""
+        out = []
+        for p in sorted(self.root.glob("step-*[0-9]"), reverse=True):
+            try:
+                if json.loads((p / "meta.json").read_text())["fingerprint"] == self.fingerprint:
+                    out.append(p)
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
     def peek(self) -> Path | None:
-        """The checkpoint :meth:`latest` would resume from, without removing anything."""
-        found = sorted(p for p in self.root.glob("step-*") if (p / "meta.json").is_file())
-        if not found:
-            return None
-        try:
-            same = json.loads((found[-1] / "meta.json").read_text())["fingerprint"] == self.fingerprint
-        except (OSError, ValueError, KeyError):
-            return None
-        return found[-1] if same else None
+        """The newest checkpoint of this run (its files not yet checked), without changing anything."""
+        found = self._candidates()
+        return found[0] if found else None
 
     def latest(self) -> Path | None:
-        """The latest checkpoint if its fingerprint matches (older ones are removed); otherwise
-        clear ``root`` and return None. One process of a job calls it, then all :meth:`read`."""
-        found = sorted(p for p in self.root.glob("step-*") if (p / "meta.json").is_file())
-        if not found:
-            shutil.rmtree(self.root, ignore_errors=True)
-            return None
-        path = found[-1]
-        if json.loads((path / "meta.json").read_text())["fingerprint"] != self.fingerprint:
-            log.warning("discarding checkpoint %s: the training spec or corpus changed; starting over", path)
-            shutil.rmtree(self.root, ignore_errors=True)
-            return None
-        self._remove_all_but(path)
-        return path
+        """The newest checkpoint of this run whose files match their checksums (a damaged one is
+        moved aside, one message naming it); a checkpoint of another spec or corpus is removed.
+        One process of a job calls it, then all :meth:`read`."""
+        found = self._candidates()
+        for p in self.root.glob("step-*[0-9]") if self.root.is_dir() else []:
+            if p not in found:
+                log.warning("discarding checkpoint %s: the training spec or corpus changed", p)
+                shutil.rmtree(p, ignore_errors=True)
+        for path in found:
+            problem = damaged(path)
+            if problem is None:
+                return path
+            self.quarantine(path, problem)
+        return None
+
+    def quarantine(self, path: Path, problem: str) -> None:
+        """Move a damaged checkpoint aside and say where the run resumes from instead."""
+        aside = path.with_name(path.name + ".corrupt")
+        shutil.rmtree(aside, ignore_errors=True)
+        path.rename(aside)
+        previous = self._candidates()
+        log.warning("checkpoint %s is damaged (%s): moved to %s; %s", path, problem, aside.name,
+                    f"resuming from the previous one, {previous[0].name}" if previous else "starting from step 0")
 
     @staticmethod
     def read(path: Path) -> dict:
@@ -88,13 +108,40 @@ class Checkpoints:
                 os.fsync(fh.fileno())
             if best is not None:
                 shutil.copytree(best, tmp / "best", copy_function=link_or_copy)
-            (tmp / "meta.json").write_text(json.dumps({"fingerprint": self.fingerprint, "step": state["step"]}))
-        self._remove_all_but(final)
+            files = {str(f.relative_to(tmp)): file_record(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
+            (tmp / "meta.json").write_text(json.dumps({"fingerprint": self.fingerprint, "step": state["step"],
+                                                       "files": files}))
+        self._keep_latest()
 
-    def _remove_all_but(self, keep: Path) -> None:
+    def _keep_latest(self) -> None:
+        """Remove all but the :attr:`KEEP` newest checkpoints (and leftovers of interrupted writes)."""
+        keep = set(sorted(self.root.glob("step-*[0-9]"), reverse=True)[:self.KEEP])
         for p in self.root.iterdir():
-            if p != keep:
+            if p not in keep and not p.name.endswith(".corrupt"):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def file_record(path: Path) -> dict:
+    from cselab.io import sha256_file
+
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def damaged(path: Path) -> str | None:
+    """Why the checkpoint at ``path`` cannot be trusted (a file missing, of another size or
+    sha256), or None. A checkpoint written before checksums were recorded is trusted as it is."""
+    meta = json.loads((path / "meta.json").read_text())
+    for rel, record in meta.get("files", {}).items():
+        f = path / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        if f.stat().st_size != record["bytes"]:
+            return f"{rel} has {f.stat().st_size} bytes, {record['bytes']} were written"
+        if file_record(f)["sha256"] != record["sha256"]:
+            return f"{rel} does not match its sha256"
+    if not (path / "state.pt").is_file():
+        return "state.pt is missing"
+    return None
 
 
 def rng_state(generator: torch.Generator) -> dict:

@@ -235,6 +235,16 @@ def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+def any_process(flag: bool, device: torch.device) -> bool:
+    """Whether ``flag`` is set on any process (one all-reduce and one read: every process must
+    call it at the same point, e.g. a stop signal checked after each step)."""
+    if not is_distributed():
+        return flag
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
 def mean_over_processes(values: torch.Tensor) -> torch.Tensor:
     """The average of a tensor over processes (a logging window's sums)."""
     if not is_distributed():

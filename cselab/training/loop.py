@@ -30,6 +30,7 @@ import logging
 import math
 import random
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +43,9 @@ from torch.profiler import record_function
 
 from cselab.data.corpus import read_sentences
 from cselab.data.tokens import host_sum, to_device, tokenize_corpus
-from cselab.errors import DataError
+from cselab.errors import DataError, NumericError
 from cselab.io import link_or_copy, open_atomic, write_json, write_with
-from cselab.models.checkpoints import resolve_model
+from cselab.models.checkpoints import record_model_files, resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
 from cselab.training import diagnostics
@@ -52,6 +53,7 @@ from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
 from cselab.training.methods import build_objective
 from cselab.training.numerics import Precision, linear_schedule, make_optimizer, warmup_steps
+from cselab.training.preemption import Preempted, StopFlag, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +187,7 @@ class Trainer:
         self.main, self.world = D.is_main(), D.world_size()
         self.state = LoopState()
         self.phases: dict[str, float] = {}  # wall seconds by phase (:meth:`phase`), this attempt's
+        self.stop = StopFlag()  # set by a stop signal while the epochs run (:func:`train`)
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -283,8 +286,7 @@ class Trainer:
     def resume(self, checkpoints: Checkpoints | None) -> bool:
         """Continue from the latest matching checkpoint, if any (rank 0 picks it, every process
         reads it); returns whether the run resumed."""
-        found = D.broadcast_object(checkpoints.latest() if checkpoints and self.main else None)
-        saved = checkpoints.read(found) if found else None
+        saved = self._read_checkpoint(checkpoints) if checkpoints else None
         if not saved:
             return False
         log.info("resuming %s from step %d", self.spec["id"], saved["loop"]["step"])
@@ -301,6 +303,20 @@ class Trainer:
         elif self.main:
             shutil.rmtree(self.model_dir, ignore_errors=True)
         return True
+
+    def _read_checkpoint(self, checkpoints: Checkpoints) -> dict | None:
+        """The newest good checkpoint's state: one that passes its checksums but does not load is
+        moved aside too, and the previous one is tried."""
+        while True:
+            found = D.broadcast_object(checkpoints.latest() if self.main else None)
+            if not found:
+                return None
+            try:
+                return checkpoints.read(found)
+            except Exception as e:  # noqa: BLE001 (a truncated zip, a bad pickle: any way a file fails to load)
+                if self.world > 1:
+                    raise DataError(f"checkpoint {found} does not load ({e}); move it aside and rerun") from e
+                checkpoints.quarantine(Path(found), f"state.pt does not load: {type(e).__name__}")
 
     def _restore_rngs(self, ranks: list | None, first: dict) -> None:
         if ranks and len(ranks) == self.world:
@@ -409,7 +425,11 @@ class Trainer:
         """The logging window's means as a curve row (a new window begins)."""
         means, s = window.means(), self.state
         if not math.isfinite(means["loss"]):
-            raise FloatingPointError(f"loss became {means['loss']} by step {s.step}; lower training.lr")
+            t = self.t
+            raise NumericError(
+                f"loss became {means['loss']} by step {s.step} (training.lr {t['lr']}, training.precision "
+                f"{t['precision']}, training.max_grad_norm {t['max_grad_norm']}, training.temperature "
+                f"{t.get('temperature', 'n/a')}): lower training.lr, or train in bf16/fp32 where fp16 overflows")
         s.train_time += window.seconds
         self.phases["train_steps"] = self.phases.get("train_steps", 0.0) + window.seconds
         s.tokens += window.tokens
@@ -445,10 +465,23 @@ class Trainer:
                     window.start = time.perf_counter() if window.steps == 0 else window.start
                 if s.step >= sched.last:
                     return
+                self.stop_if_asked(checkpoints, window)
                 if checkpoints and every and s.step % every == 0:
                     with self.phase("checkpoint"):
                         self.checkpoint(checkpoints, window)
             s.epoch, s.order, s.next_start = s.epoch + 1, None, 0
+
+    def stop_if_asked(self, checkpoints: Checkpoints | None, window: Window) -> None:
+        """After a step: on a stop signal (:mod:`cselab.training.preemption`; every process
+        agrees), write a checkpoint and raise :class:`Preempted` (a run without checkpoints
+        stops too, and resumes from scratch)."""
+        asked = bool(self.stop) if self.world == 1 else D.any_process(bool(self.stop), self.dev)
+        if not asked:
+            return
+        if checkpoints:
+            with self.phase("checkpoint"):
+                self.checkpoint(checkpoints, window)
+        raise Preempted(self.state.step, self.stop.signum or signal.SIGTERM)
 
     # -- finish ----------------------------------------------------------------------------------
 
@@ -460,7 +493,7 @@ class Trainer:
         s = self.state
         if self.dev_score is None or s.best_step < 0:
             if self.dev_score is not None and any("stsb_dev_spearman" in r and r["step"] > 0 for r in s.curve):
-                raise FloatingPointError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
+                raise NumericError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
             if self.dev_score is not None:
                 log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", s.step,
                             self.t.get("eval_steps"))
@@ -468,6 +501,7 @@ class Trainer:
             self.save_model()
         write_json(self.model_dir / "cselab.json",
                    {"experiment": self.spec, "best_step": s.best_step, "stsb_dev_spearman": s.best_dev})
+        record_model_files(self.model_dir)  # what evaluations check the folder against
         write_curve(s.curve, self.out_dir / "curve.csv")
         if checkpoint_dir:
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
@@ -521,7 +555,8 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         run.evaluate(keep=False)
     run.objective.train()
     run.encoder.train()
-    run.run_epochs(checkpoints)
+    with stop_on_signals() as run.stop:
+        run.run_epochs(checkpoints)
     run.finish(checkpoint_dir)
     s = run.state
     return TrainResult(best_step=s.best_step, best_dev=s.best_dev, steps=s.step, train_seconds=s.train_time,

@@ -8,7 +8,6 @@ becomes one clear line on stderr and in the job's log, not a traceback.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -18,15 +17,17 @@ from typing import Callable
 
 from cselab.errors import CselabError
 from cselab.io import quiet_third_party_loggers
+from cselab.training.preemption import REQUEUE_EXIT, Preempted, requeue_slurm_job
 
 log = logging.getLogger("cselab")
 
 
 
 def run(smk, experiment_id: str | None = None, params: dict | None = None, label: str | None = None,
-        resume: str | None = None):
+        resume: str | None = None, buffer: Path | None = None):
     """The job's MLflow run (its source is the rule's own script); a remote tracking server is
-    checked first (``mlflow.fallback``); ``resume``: an interrupted attempt's run to continue."""
+    checked first (``mlflow.fallback``); ``resume``: an interrupted attempt's run to continue;
+    ``buffer``: where calls wait out a tracking outage (training jobs)."""
     from cselab.pipeline.config import tracking_uri
     from cselab.pipeline.tracking import mlflow_run
 
@@ -34,11 +35,15 @@ def run(smk, experiment_id: str | None = None, params: dict | None = None, label
     return mlflow_run(uri=tracking_uri(smk.config), fallback=mlcfg["fallback"],
                       experiment_name=mlcfg["experiment_name"], rule=smk.rule, experiment_id=experiment_id,
                       params=params, label=label, tags={"snakemake.jobid": getattr(smk, "jobid", "")},
-                      source=f"workflow_scripts/{smk.cselab_job}.py", resume=resume)
+                      source=f"workflow_scripts/{smk.cselab_job}.py", resume=resume, buffer=buffer)
 
 
 def senteval_root(manifest: str | Path) -> Path:
-    return Path(json.loads(Path(manifest).read_text())["root"])
+    """The SentEval root of a ``prepare_senteval`` manifest, every file checked against the
+    sha256 recorded when it was prepared (:mod:`cselab.data.integrity`)."""
+    from cselab.data.integrity import verify_senteval
+
+    return verify_senteval(manifest)
 
 
 def process_seconds() -> float:
@@ -98,6 +103,10 @@ def main(smk, job: Callable) -> None:
         log.error("%s", e)
         print(f"\ncselab error in rule {smk.rule}: {e}\n", file=sys.stderr)
         sys.exit(1)
+    except Preempted as e:
+        requeued = requeue_slurm_job()
+        log.warning("rule %s %s%s", smk.rule, e, "; SLURM requeued the job" if requeued else "")
+        sys.exit(REQUEUE_EXIT)
     except BaseException:
         log.exception("rule %s failed", smk.rule)  # the traceback in the job's log file too
         raise

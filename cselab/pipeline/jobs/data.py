@@ -18,7 +18,8 @@ def prepare_corpus(smk) -> None:
         manifest = prepare(url=src.get("url"), path=src.get("path"), out_txt=Path(smk.output.corpus),
                            manifest=Path(smk.output.manifest), max_lines=src.get("max_lines"),
                            sha256=src.get("sha256"), download_dir=Path(smk.params.download_dir))
-        r.log_metrics({"lines": manifest["out_lines"]})
+        r.log_metrics({"lines": manifest["out_lines"], "dropped_control_lines": manifest["dropped_control_lines"],
+                       "truncated_lines": manifest["truncated_lines"]})
         r.log_artifact(smk.output.manifest)
 
 

@@ -42,8 +42,9 @@ def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
     resumable = previous is not None and Checkpoints(
         out_dir / "resume", fingerprint(spec, Path(smk.input.corpus), _artifacts(smk))).peek() is not None
     params = {**spec, "operational": ops, **world_params(ops)}
+    tracking.limit_http_retries()
     with run(smk, experiment_id=spec["id"], params=params, resume=previous if resumable else None,
-             **run_kwargs) as r:
+             buffer=out_dir / tracking.BUFFER_NAME, **run_kwargs) as r:
         if previous is not None and previous != r.run_id:
             tracking.retire(previous, successor=r.run_id)
         tracking.remember_run(out_dir, r.run_id)
@@ -58,6 +59,7 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
     from cselab.training import distributed
     from cselab.training.loop import train_job
 
+    _check_corpus(Path(smk.input.corpus))
     kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
               "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
@@ -68,6 +70,15 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
                               workdir=out_dir / "launch",
                               timeout_s=ops["dist_timeout_s"],
                               log_file=smk.log[0] if smk.log else None, threads=int(smk.threads))
+
+
+def _check_corpus(corpus: Path) -> None:
+    """The prepared corpus, checked against the sha256 rule prepare_corpus recorded (a split or
+    subsampled corpus is a rule output of its own, which Snakemake dates)."""
+    from cselab.data.integrity import verify_corpus
+
+    if corpus.resolve() == Path(outputs.CORPUS).resolve():
+        verify_corpus(outputs.CORPUS_MANIFEST, corpus)
 
 
 def stsb_dev_score(encoder, senteval: Path, batch_size: int) -> dict:
