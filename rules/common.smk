@@ -24,6 +24,14 @@ try:
 except CselabError as e:
     raise WorkflowError(f"invalid configuration: {e}")
 
+# Inside a cluster job (not the invocation that submits): SLURM's warning signal before the time
+# limit (--signal=USR1@<s>, profiles/slurm) is for the training process, which checkpoints and
+# requeues (cselab.training.preemption); the snakemake process around it must outlive it.
+if not workflow.is_main_process:
+    import signal
+
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
 # One id per snakemake invocation, inherited by its jobs (and by SLURM jobs, which re-read this
 # file with the submitting environment): every MLflow run of the invocation is tagged with it.
 os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
@@ -31,15 +39,16 @@ os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uui
 os.environ.setdefault(COMMAND_ENV, shlex.join(["snakemake", *sys.argv[1:]]))
 
 # A local corpus replaced in place since it was prepared (its size, or its bytes when its mtime
-# moved): prepare it again, so exactly the trainings that read it are planned again.
-if workflow.is_main_process and workflow.dag_settings is not None:
+# moved): nothing plans on results trained on the old one until the user says which to keep.
+if workflow.is_main_process and "--forcerun" not in " ".join(sys.argv) and "-R" not in sys.argv:
     from cselab.data.integrity import corpus_source_changed
 
     _corpus_change = corpus_source_changed(OUT.CORPUS_MANIFEST, CFG["data"]["corpus"].get("path"))
     if _corpus_change:
-        print(f"cselab: the corpus {CFG['data']['corpus']['path']} changed since it was prepared ({_corpus_change}): "
-              "rule prepare_corpus runs again, and so does every training that reads its corpus", file=sys.stderr)
-        workflow.dag_settings.forcerun = frozenset({*workflow.dag_settings.forcerun, "prepare_corpus"})
+        raise WorkflowError(
+            f"the corpus {CFG['data']['corpus']['path']} changed since rule prepare_corpus prepared it "
+            f"({_corpus_change}). Rerun with --forcerun prepare_corpus to prepare it again and retrain exactly the "
+            "experiments that read it (add -n to list them first), or restore the file")
 
 # every SentEval task, whatever the tables need: the manifest is an input of training (STS-B dev)
 # and must not change when a table is added

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ OUTAGE_S = float(os.environ.get("CSELAB_FAULT_OUTAGE_S", "8"))
 
 def record(fault: str, outcome: str, message: str, steps_lost: int | str = "-", metrics_lost: int | str = "-") -> None:
     """One row of the fault table (printed; appended to ``$CSELAB_FAULT_TABLE`` when set)."""
+    message = re.sub(r"^.*?\d\d:\d\d:\d\d,\d+ [\w.]+ (INFO|WARNING|ERROR) ", "", message.strip())
     row = {"fault": fault, "outcome": outcome, "steps_lost": steps_lost, "metrics_lost": metrics_lost,
            "message": " ".join(message.split())[:400]}
     print("FAULT", json.dumps(row))
@@ -285,3 +287,200 @@ def test_truncated_model_is_retrained_at_planning(reference, tmp_path):
     assert table(project) == table(reference)
     record("truncated model.safetensors of a finished training", "found at planning, moved aside, retrained",
            next(x for x in proc.stderr.splitlines() if "cselab:" in x), "-", 0)
+
+
+# -- tracking outage --------------------------------------------------------------------------------
+
+def start_server(port: int, root: Path) -> subprocess.Popen:
+    from tests.test_mlflow_server import http, mlflow_server_cmd
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    with (root / "server.log").open("a") as log:
+        proc = subprocess.Popen(mlflow_server_cmd(port, root), cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if http("GET", f"http://127.0.0.1:{port}/health", timeout=2).strip() == b"OK":
+                return proc
+        except OSError:
+            time.sleep(0.5)
+        if proc.poll() is not None:
+            pytest.skip(f"mlflow server exited: {(root / 'server.log').read_text()[-1000:]}")
+    pytest.skip("mlflow server did not answer within 120 s")
+
+
+def test_tracking_outage_loses_no_step_and_no_metric(reference, project, tmp_path):
+    """The MLflow server is killed (SIGKILL) in mid-training and started again OUTAGE_S seconds
+    later: training never stops, the metrics of the outage are buffered and replayed, and the
+    run ends FINISHED with every step's metrics."""
+    from tests.test_mlflow_server import api, free_port, stop
+
+    store = tmp_path / "server"
+    store.mkdir()
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = start_server(port, store)
+    write_config(project, max_steps=STEPS * 2)  # long enough to train through the outage
+    job = start_smk(project, SUMMARY, uri=uri)
+    try:
+        wait_for_step(project, EVAL_EVERY, job)
+        stop(server)  # SIGTERM then SIGKILL to the server's process group
+        killed_at = time.monotonic()
+        time.sleep(OUTAGE_S)
+        assert job.poll() is None, f"training stopped with the server: {logtail(job)}"
+        server = start_server(port, store)
+        down = time.monotonic() - killed_at
+        assert job.wait(timeout=900) == 0, logtail(job)
+    finally:
+        job.kill()
+        stop(server)
+    server = start_server(port, store)
+    try:
+        found = api(uri, "experiments/get-by-name", {"experiment_name": "cselab-faults"})["experiment"]
+        runs = api(uri, "runs/search", body={"experiment_ids": [found["experiment_id"]], "max_results": 100})["runs"]
+        (train,) = [r for r in runs if {t["key"]: t["value"] for t in r["data"]["tags"]}["rule"] == "train"]
+        history = api(uri, "metrics/get-history", {"run_id": train["info"]["run_id"], "metric_key": "loss",
+                                                   "max_results": 10000})["metrics"]
+    finally:
+        stop(server)
+    steps = sorted(m["step"] for m in history)
+    assert train["info"]["status"] == "FINISHED"
+    assert steps == list(range(1, 2 * STEPS + 1)), f"{len(steps)} loss values"
+    summary = json.loads((project / SUMMARY).read_text())
+    assert summary["steps"] == 2 * STEPS and summary["resumed_from_step"] == 0
+    assert not (project / "results" / "experiments" / EXP / "mlflow_buffer.jsonl").exists()
+    log = job_log(project).read_text()
+    warned = next(line for line in log.splitlines() if "MLflow did not take" in line)
+    record(f"MLflow server killed for {down:.0f} s in mid-training", "training went on; buffered, replayed; FINISHED",
+           warned.split("WARNING")[-1], 0, 2 * STEPS - len(steps))
+
+
+# -- changed data ------------------------------------------------------------------------------------
+
+def copy_of(reference: Path, tmp_path: Path) -> Path:
+    """A finished project with its own data (copied) and the same results."""
+    import shutil
+
+    project = tmp_path / "copy"
+    shutil.copytree(reference, project, symlinks=True)
+    return project
+
+
+def no_traceback(text: str) -> bool:
+    return "Traceback (most recent call last)" not in text
+
+
+def msrpar(root: Path) -> tuple[Path, Path]:
+    folder = Path(json.loads((root / "resources" / "senteval" / "manifest.json").read_text())["root"]) / "STS"
+    return (folder / "STS12-en-test" / "STS.input.MSRpar.txt", folder / "STS12-en-test" / "STS.gs.MSRpar.txt")
+
+
+@pytest.mark.parametrize("change", ["truncate-both", "edit", "replace"])
+def test_changed_senteval_file_is_caught_before_it_is_read(reference, tmp_path, change):
+    """The SentEval tree is used in place: a file changed after preparation fails the next job
+    that reads it, naming the file, the expected and found values and the rule that rebuilds
+    the manifest (the issue's case: MSRpar's input and gold cut by the same number of lines)."""
+    project = copy_of(reference, tmp_path)
+    inp, gold = msrpar(reference)  # the reference's data, restored afterwards
+    saved = {p: p.read_bytes() for p in (inp, gold)}
+    try:
+        if change == "truncate-both":
+            for p in (inp, gold):
+                p.write_bytes(b"".join(saved[p].splitlines(keepends=True)[:-2]))
+        elif change == "edit":
+            inp.write_bytes(saved[inp].replace(b"a", b"e", 1))
+        else:
+            inp.write_bytes(saved[gold])
+        proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
+    finally:
+        for p, data in saved.items():
+            p.write_bytes(data)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"{inp} changed after rule prepare_senteval prepared it" in text, text[-3000:]
+    assert no_traceback(text)
+    line = next(x for x in text.splitlines() if "changed after rule prepare_senteval" in x)
+    record(f"SentEval file {change} after preparation", "the reading job stops before reading it", line.split("cselab error in rule")[-1])
+
+
+def test_changed_prepared_corpus_is_caught_and_a_replaced_source_replans(reference, tmp_path):
+    project = copy_of(reference, tmp_path)
+    corpus = project / "resources" / "corpus" / "corpus.txt"
+    data = corpus.read_bytes()
+    corpus.write_bytes(data.replace(b" ", b"  ", 3))
+    proc = run_smk(project, "results/table1.csv")  # newer than the checkpoint: Snakemake replans training
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "resources/corpus/corpus.txt changed after rule prepare_corpus" in text, text[-2000:]
+    assert no_traceback(text)
+    record("prepared corpus edited", "the training job stops before reading it",
+           next(x for x in text.splitlines() if "changed after rule prepare_corpus" in x).split("cselab error in rule")[-1])
+
+
+
+def test_replaced_corpus_source_stops_planning_until_told(reference, tmp_path):
+    """The corpus source (used in place) replaced by another: every plan stops naming it until
+    the user forces prepare_corpus, which then replans exactly the trainings that read it."""
+    project = copy_of(reference, tmp_path)
+    source = Path(yaml.safe_load((project / "test.yaml").read_text())["data"]["corpus"]["path"])
+    saved = source.read_bytes()
+    try:
+        source.write_bytes(saved + b"one more sentence for the corpus .\n")
+        dry = run_smk(project, "-n", "results/table1.csv")
+        forced = run_smk(project, "-n", "--forcerun", "prepare_corpus", "--", "results/table1.csv")
+    finally:
+        source.write_bytes(saved)
+    text = dry.stdout + dry.stderr
+    assert dry.returncode != 0 and f"the corpus {source} changed since rule prepare_corpus prepared it" in text
+    assert no_traceback(text)
+    planned = forced.stdout
+    assert forced.returncode == 0 and all(f"{rule} " in planned for rule in ("prepare_corpus", "train", "table"))
+    record("corpus source replaced in place", "planning stops, naming it; --forcerun prepare_corpus replans its "
+           "trainings", next(x for x in text.splitlines() if "changed since rule prepare_corpus" in x))
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value", [("lr", ".nan"), ("max_grad_norm", ".inf"), ("temperature", "-.inf")])
+def test_nan_and_inf_settings_are_refused_at_planning(project, key, value):
+    text = (project / "test.yaml").read_text().replace(f"  {key}: ", f"  {key}: {value} #", 1)
+    if f"  {key}: {value}" not in text:
+        text = text.replace("training:\n", f"training:\n  {key}: {value}\n", 1)
+    (project / "test.yaml").write_text(text)
+    proc = run_smk(project, "-n", "results/table1.csv")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"config key 'training.{key}'" in out and "not a finite number" in out, out[-2000:]
+    assert no_traceback(out)
+    record(f"training.{key}: {value}", "refused at planning", next(x for x in out.splitlines() if "finite" in x))
+
+
+def test_corpus_control_characters_and_long_lines_are_cleaned_and_counted(project):
+    from cselab.data.corpus import MAX_LINE_CHARS
+
+    corpus = project / "data" / "corpus.txt"
+    lines = corpus.read_text().splitlines()
+    lines[3] = "nul \x00 inside"
+    lines[5] = "bell \x07 inside"
+    lines[7] = "long " * 20_000
+    corpus.write_text("\n".join(lines) + "\n")
+    proc = run_smk(project, "resources/corpus/manifest.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((project / "resources" / "corpus" / "manifest.json").read_text())
+    assert manifest["dropped_control_lines"] == 2 and manifest["truncated_lines"] == 1
+    out = (project / "resources" / "corpus" / "corpus.txt").read_text().splitlines()
+    assert len(out) == len(lines) - 2 and max(map(len, out)) == MAX_LINE_CHARS
+    log = (project / "logs" / "prepare_corpus.log").read_text()
+    record("corpus with NUL / control characters and a 100,000-character line",
+           "2 lines dropped, 1 cut, counted in the manifest, the log and MLflow",
+           next(x for x in log.splitlines() if "control characters dropped" in x).split("WARNING")[-1])
+
+
+def test_damaged_mlflow_store_is_named(project):
+    (project / "results").mkdir(parents=True, exist_ok=True)
+    (project / "results" / "mlflow.db").write_bytes(b"this is not a database" * 100)
+    proc = run_smk(project, "results/table1.csv")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "the MLflow store results/mlflow.db cannot be read" in out, out[-3000:]
+    assert "mv results/mlflow.db results/mlflow.db.damaged" in out and no_traceback(out)
+    record("mlflow.db overwritten with garbage", "stops before any job, naming the file and the way out",
+           next(x for x in out.splitlines() if "cannot be read" in x))

@@ -220,8 +220,8 @@ def init_store(uri: str, experiment_name: str) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
     with _store_lock(uri), _readable_store(uri):
+        client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment_name)
         if exp is not None:
             return exp.experiment_id
@@ -401,7 +401,7 @@ class RunMetrics:
     def of(cls, run: Run) -> "RunMetrics":
         import mlflow
 
-        return cls(mlflow.get_tracking_uri(), run.run_id, run.buffer.path if run.buffer else None)
+        return cls(mlflow.get_tracking_uri(), run.run_id, run.buffer.path if run.buffer is not None else None)
 
     def __call__(self, row: dict) -> None:
         from mlflow import MlflowClient
@@ -508,7 +508,7 @@ def _end(handle: Run, status: str) -> None:
 def limit_http_retries() -> None:
     """MLflow's HTTP retries for a training job (unless set): a failed call costs seconds, not the
     minutes of MLflow's defaults, and the job's buffer takes over (:class:`Buffer`)."""
-    for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5"),
+    for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                         ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")):
         os.environ.setdefault(name, value)
 
