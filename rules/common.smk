@@ -38,9 +38,33 @@ os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uui
 # and its command line, which a model card quotes as the command that reproduces it
 os.environ.setdefault(COMMAND_ENV, shlex.join(["snakemake", *sys.argv[1:]]))
 
+# Whether this main-process invocation plans (a dry run: -n alone or in a short-flag group) or
+# neither plans nor runs jobs (unlock, lint, reports, listings, DAG pictures): cselab's checks
+# before planning skip the latter and never change a file in the former.
+_ARGS = sys.argv[1:]
+DRY_RUN = any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+              for a in _ARGS)
+NO_JOBS = any(a.split("=")[0] in ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--lt", "--summary",
+                                 "-S", "--detailed-summary", "-D", "--report", "--touch", "-t", "--dag", "--rulegraph",
+                                 "--filegraph", "--d3dag", "--cleanup-metadata", "--cm", "--list-changes", "--lc",
+                                 "--delete-all-output", "--delete-temp-output", "--conda-create-envs-only",
+                                 "--containerize", "--archive", "--export-cwl") for a in _ARGS)
+EXECUTING = workflow.is_main_process and not DRY_RUN and not NO_JOBS
+
+# The invocation that runs jobs holds the folder's lock from here on (onstart takes it too, for
+# API use): a second one stops before it touches anything.
+if EXECUTING:
+    from cselab.pipeline.locks import hold_invocation
+
+    try:
+        hold_invocation(".snakemake/cselab", os.environ.get(COMMAND_ENV))
+    except CselabError as e:
+        raise WorkflowError(str(e))
+
 # A local corpus replaced in place since it was prepared (its size, or its bytes when its mtime
 # moved): nothing plans on results trained on the old one until the user says which to keep.
-if workflow.is_main_process and "--forcerun" not in " ".join(sys.argv) and "-R" not in sys.argv:
+_FORCED = "prepare_corpus" in _ARGS or any(a in ("-F", "--forceall") for a in _ARGS)
+if workflow.is_main_process and not NO_JOBS and not _FORCED:
     from cselab.data.integrity import corpus_source_changed
 
     _corpus_change = corpus_source_changed(OUT.CORPUS_MANIFEST, CFG["data"]["corpus"].get("path"))
@@ -108,21 +132,15 @@ def model_input(wildcards):
     return cfg_call(cselab_targets.model_input, wildcards.exp)
 
 
-def _dry_run() -> bool:
-    """Whether this invocation only plans (-n / --dry-run / --dryrun, alone or in a short-flag group)."""
-    return any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
-               for a in sys.argv[1:])
-
-
 # A trained model damaged since training ended (a file missing, truncated or changed; checked by
 # size, and by sha256 when its mtime moved): moved aside before planning, so this invocation
 # retrains it before anything reads it (no job fails on it, no retry is spent).
-if workflow.is_main_process:
+if workflow.is_main_process and not NO_JOBS:
     from cselab.models.checkpoints import damaged_model
 
     for _model in sorted(Path(".").glob(OUT.path(OUT.MODEL, exp="*"))):
         _problem = damaged_model(_model)
-        if _problem and _dry_run():
+        if _problem and not EXECUTING:
             print(f"cselab: {_problem}; a real run moves {_model} aside and retrains it first", file=sys.stderr)
         elif _problem:
             _aside = f"{_model}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"

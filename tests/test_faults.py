@@ -166,14 +166,14 @@ def project(tmp_path):
 # -- concurrent invocations ------------------------------------------------------------------------
 
 def test_concurrent_invocations_lose_nothing(reference, project):
-    """A second invocation hits Snakemake's lock, whose message suggests ``--unlock``; the user
-    unlocks (Snakemake deletes every lock file, the live invocation's too) and starts again with
+    """A second invocation stops at cselab's lock, naming the first; the user runs ``--unlock``
+    (Snakemake deletes every lock file, the live invocation's too) and starts again with
     ``--rerun-incomplete``, which would delete the outputs the first is writing: it stops at
-    cselab's own lock instead, naming the first. The first ends as one invocation alone would."""
+    cselab's lock again. The first ends as one invocation alone would."""
     first = start_smk(project, "results/table1.csv")
     wait_for_step(project, EVAL_EVERY, first)
     second = run_smk(project, "--rerun-incomplete", "results/table1.csv")  # as the SLURM profile runs
-    assert second.returncode != 0 and "cannot be locked" in second.stdout + second.stderr
+    assert second.returncode != 0 and "another snakemake invocation is running" in second.stdout + second.stderr
     assert run_smk(project, "--unlock").returncode == 0
     third = run_smk(project, "--rerun-incomplete", "results/table1.csv")
     message = third.stdout + third.stderr

@@ -88,7 +88,7 @@ def keep_mask_eager(x: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor
 
 def _dropout_eager(x, keys, positions, site, p, group, inner, stride):
     keep = keep_mask_eager(x, keys, positions, site, p, group, inner, stride)
-    return torch.where(keep, x / (1 - p), torch.zeros((), dtype=x.dtype, device=x.device))
+    return torch.where(keep, x / (1 - p), torch.zeros((), dtype=x.dtype, device=x.device)).contiguous()
 
 
 # -- the fused kernel (Triton) ----------------------------------------------------------------
@@ -126,9 +126,12 @@ def _dropout_triton(x, keys, positions, site, p, group, inner, stride):
     block_n = max(1, min(budget // block_w, triton_next_pow2(n_vectors)))
     grid = (-(-n_vectors // block_n), -(-width // block_w))
     kernel = _kernel(x.device.type == "cpu")
-    kernel[grid](x, out, keys, positions if positions is not None else keys, n_vectors, width, site,
+    has_positions = positions is not None
+    keys = keys.contiguous()
+    positions = positions.contiguous() if has_positions else keys  # an unread stand-in
+    kernel[grid](x, out, keys, positions, n_vectors, width, site,
                  keep_threshold(p), float(np.float32(1 - p)), group, inner, stride,
-                 HAS_POSITIONS=positions is not None, BLOCK_N=block_n, BLOCK_W=block_w)
+                 HAS_POSITIONS=has_positions, BLOCK_N=block_n, BLOCK_W=block_w)
     return out
 
 
@@ -154,7 +157,7 @@ def keyed_dropout(x: torch.Tensor, keys: torch.Tensor, positions: Optional[torch
 
 @keyed_dropout.register_fake
 def _(x, keys, positions, site, p, group, inner, stride):
-    return torch.empty_like(x)
+    return x.new_empty(x.shape)  # contiguous, as both implementations return
 
 
 def _setup(ctx, inputs, output):

@@ -48,13 +48,15 @@ def keyed_dropout_kernel(x_ptr, out_ptr, keys_ptr, pos_ptr, n_vectors, width, si
     ok = n_ok[:, None] & w_ok[None, :]
     offsets = n[:, None] * width + w[None, :]
     x = tl.load(x_ptr + offsets, mask=ok, other=0)
-    y = tl.where(bits >= threshold, x.to(tl.float32) / scale, 0.0)  # 0 is exact in any dtype
+    # division rounded to nearest (torch's CPU x / (1 - p)); 0 is exact in any dtype
+    y = tl.where(bits >= threshold, tl.math.div_rn(x.to(tl.float32), scale), 0.0)
     tl.store(out_ptr + offsets, y.to(x.dtype), mask=ok)
 
 
 @functools.lru_cache(maxsize=None)
 def compiled():
-    return triton.jit(keyed_dropout_kernel, do_not_specialize=["site"])
+    # integers that may be 1 stay runtime values (Triton turns a 1 into a constant without .to)
+    return triton.jit(keyed_dropout_kernel, do_not_specialize=["site", "stride", "group", "inner", "threshold"])
 
 
 @functools.lru_cache(maxsize=None)

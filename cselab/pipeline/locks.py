@@ -22,6 +22,7 @@ import contextlib
 import datetime
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from cselab.errors import CselabError
+
+log = logging.getLogger(__name__)
 
 OWNER_LOCK, OWNER_INFO = ".owner.lock", ".owner.json"
 INVOCATION_LOCK, INVOCATION_INFO = "invocation.lock", "invocation.json"
@@ -62,6 +65,9 @@ def _try_lock(path: Path) -> IO | None:
     except BlockingIOError:
         fh.close()
         return None
+    except OSError as e:  # a filesystem without flock (Lustre mounted noflock: ENOSYS): no guard, say so
+        log.warning("cannot lock %s (%s): this filesystem has no file locks; nothing guards it against a "
+                    "second job or invocation", path, e.strerror or e)
     return fh
 
 

@@ -246,6 +246,22 @@ def _tracking_errors() -> tuple[type[BaseException], ...]:
     return MlflowException, requests.RequestException, OSError
 
 
+def is_outage(e: BaseException) -> bool:
+    """Whether a failed MLflow call means the server is away (no connection, a timeout, a 5xx),
+    as opposed to a call the server rejected (a deleted run, an invalid value), which no replay
+    would ever get through."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(e, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(e, MlflowException):
+        status = e.get_http_status_code()
+        text = str(e)
+        return status >= 500 and ("API request to" in text or "Max retries" in text or status >= 502)
+    return False
+
+
 class Buffer:
     """MLflow calls that could not reach the server, in order, one JSON line each (a batch of
     metrics, tags, an artifact, the run's end), replayed when the server answers again, at the
@@ -268,6 +284,18 @@ class Buffer:
             fh.write(json.dumps({"op": op, "uri": self.uri, "run_id": self.run_id, **kwargs}) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+    def drop_ends(self) -> None:
+        """Forget buffered ends of this run (an attempt that reopens it supersedes them)."""
+        try:
+            ops = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        except OSError:
+            return
+        keep = [o for o in ops if not (o["op"] == "end_run" and o["run_id"] == self.run_id)]
+        if len(keep) != len(ops):
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text("".join(json.dumps(o) + "\n" for o in keep))
+            os.replace(tmp, self.path)
 
     def replay(self) -> bool:
         """Send the buffered calls in order; True when none is left (the file is then removed)."""
@@ -306,7 +334,10 @@ def replay_file(path: str | Path) -> int:
     for i, op in enumerate(ops):
         try:
             _execute(MlflowClient(op["uri"]), op)
-        except _tracking_errors():
+        except _tracking_errors() as e:
+            if not is_outage(e):  # rejected for good: dropped, said, not blocking the rest
+                log.warning("MLflow rejected a buffered %s for run %s (%s): dropped", op["op"], op["run_id"], _reason(e))
+                continue
             rest = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             rest.write_text("".join(json.dumps(o) + "\n" for o in ops[i:]))
             os.replace(rest, path)
@@ -333,6 +364,9 @@ class Run:
         except _tracking_errors() as e:
             if self.buffer is None:
                 raise
+            if not is_outage(e):
+                log.warning("MLflow rejected %s (%s): not logged", op, _reason(e))
+                return
             log.warning("MLflow did not take %s (%s): buffered in %s", op, _reason(e), self.buffer.path)
             self.buffer.add(op, **buffered)
 
@@ -350,7 +384,7 @@ class Run:
 
         clean = {metric_name(k): float(v) for k, v in metrics.items() if v is not None}
         now = int(time.time() * 1000)
-        self._guard(lambda: mlflow.log_metrics(clean, step=step), "log_batch",
+        self._guard(lambda: mlflow.log_metrics(clean, step=step, timestamp=now), "log_batch",
                     metrics=[[k, v, now, step or 0] for k, v in clean.items()])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
@@ -421,6 +455,9 @@ class RunMetrics:
         except _tracking_errors() as e:
             if buffer is None:
                 raise
+            if not is_outage(e):
+                log.warning("MLflow rejected the metrics of step %d (%s): not logged", step, _reason(e))
+                return
             log.warning("MLflow did not take the metrics of step %d (%s): training goes on, metrics buffered in "
                         "%s", step, _reason(e), buffer.path)
             buffer.add("log_batch", metrics=metrics)
@@ -586,6 +623,8 @@ def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str 
                                  {"experiment_id": exp, "run_name": run_name}),
                               tags={k: str(v) for k, v in all_tags.items()}) as run:
             handle = Run(run, Buffer(buffer, target.uri, run.info.run_id) if buffer else None)
+            if handle.buffer is not None and previous is not None:
+                handle.buffer.drop_ends()
             if params:
                 _log_params_once(handle, params, previous.data.params if previous is not None else {})
             try:

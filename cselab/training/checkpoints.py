@@ -52,32 +52,34 @@ class Checkpoints:
     def __init__(self, root: Path, fingerprint: str):
         self.root, self.fingerprint = Path(root), fingerprint
 
+    def _fingerprint_of(self, path: Path) -> str | None:
+        try:
+            return json.loads((path / "meta.json").read_text())["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def _candidates(self) -> list[Path]:
         """Checkpoints with a readable meta.json of this run's fingerprint, newest first."""
-        out = []
-        for p in sorted(self.root.glob("step-*[0-9]"), reverse=True):
-            try:
-                if json.loads((p / "meta.json").read_text())["fingerprint"] == self.fingerprint:
-                    out.append(p)
-            except (OSError, ValueError, KeyError):
-                continue
-        return out
+        return [p for p in sorted(self.root.glob("step-*[0-9]"), reverse=True)
+                if self._fingerprint_of(p) == self.fingerprint]
 
     def peek(self) -> Path | None:
-        """The newest checkpoint of this run (its files not yet checked), without changing anything."""
-        found = self._candidates()
-        return found[0] if found else None
+        """The newest sound checkpoint of this run (the one :meth:`latest` will resume from),
+        without changing anything."""
+        return next((p for p in self._candidates() if damaged(p) is None), None)
 
     def latest(self) -> Path | None:
         """The newest checkpoint of this run whose files match their checksums (a damaged one is
         moved aside, one message naming it); a checkpoint of another spec or corpus is removed.
         One process of a job calls it, then all :meth:`read`."""
-        found = self._candidates()
-        for p in self.root.glob("step-*[0-9]") if self.root.is_dir() else []:
-            if p not in found:
+        for p in sorted(self.root.glob("step-*[0-9]")) if self.root.is_dir() else []:
+            seal = self._fingerprint_of(p)
+            if seal is None:  # its meta.json is damaged: the state may be fine, so keep it aside
+                self.quarantine(p, "meta.json is missing or unreadable")
+            elif seal != self.fingerprint:
                 log.warning("discarding checkpoint %s: the training spec or corpus changed", p)
                 shutil.rmtree(p, ignore_errors=True)
-        for path in found:
+        for path in self._candidates():
             problem = damaged(path)
             if problem is None:
                 return path
@@ -109,8 +111,11 @@ class Checkpoints:
             if best is not None:
                 shutil.copytree(best, tmp / "best", copy_function=link_or_copy)
             files = {str(f.relative_to(tmp)): file_record(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
-            (tmp / "meta.json").write_text(json.dumps({"fingerprint": self.fingerprint, "step": state["step"],
-                                                       "files": files}))
+            with (tmp / "meta.json").open("w") as fh:
+                fh.write(json.dumps({"fingerprint": self.fingerprint, "step": state["step"], "files": files}))
+                fh.flush()
+                os.fsync(fh.fileno())
+        _fsync_dir(self.root)  # the rename itself survives a crash of the node
         self._keep_latest()
 
     def _keep_latest(self) -> None:
@@ -119,6 +124,19 @@ class Checkpoints:
         for p in self.root.iterdir():
             if p not in keep and not p.name.endswith(".corrupt"):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # a filesystem that cannot fsync a directory
+        pass
+    finally:
+        os.close(fd)
 
 
 def file_record(path: Path) -> dict:

@@ -27,6 +27,7 @@ import os
 import pickle
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +39,7 @@ import torch.distributed as dist
 
 from cselab.errors import CselabError
 from cselab.io import quiet_third_party_loggers
+from cselab.training.preemption import REQUEUE_EXIT, Preempted, ignoring_warning_signal
 
 log = logging.getLogger(__name__)
 
@@ -338,8 +340,11 @@ def _agent(job_file: Path, devices: int, nnodes: int, endpoint: str, run_id: str
     if package_root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, paths)])
     try:  # workers are fresh interpreters, as torchrun starts them (nothing re-imports the caller's __main__)
-        elastic_launch(config, sys.executable)("-m", "cselab.training.distributed", "worker", str(job_file))
+        with ignoring_warning_signal():
+            elastic_launch(config, sys.executable)("-m", "cselab.training.distributed", "worker", str(job_file))
     except ChildFailedError as e:
+        if all(f.exitcode == REQUEUE_EXIT for f in e.failures.values()):  # every worker stopped at a checkpoint
+            raise Preempted(None, signal.SIGTERM) from None
         failed_rank, failure = _root_cause(e)
         raise DistributedError(f"training process rank {failed_rank} of {devices * nnodes} "
                                f"(host {socket.gethostname()}, pid {failure.pid}) failed: {_failure_text(failure)}; "
@@ -349,8 +354,6 @@ def _agent(job_file: Path, devices: int, nnodes: int, endpoint: str, run_id: str
 def _root_cause(error) -> tuple[int, Any]:
     """The failure that took the job down: a process killed by a signal other than the agent's
     SIGTERM (its peers then fail on a broken connection, earlier by the clock), else the first."""
-    import signal
-
     killed = [(r, f) for r, f in sorted(error.failures.items())
               if f.exitcode is not None and f.exitcode < 0 and -f.exitcode != signal.SIGTERM]
     return killed[0] if killed else error.get_first_failure()
@@ -363,8 +366,6 @@ def _failure_text(failure) -> str:
     text = str(message).strip() if message else ""
     if not text or text.startswith("To enable traceback") or text.startswith("Signal "):
         if failure.exitcode is not None and failure.exitcode < 0:
-            import signal
-
             return (f"killed by {signal.Signals(-failure.exitcode).name} (out of memory? see the job's log and "
                     "the node's kernel log)")
         return f"exit code {failure.exitcode} (see the job's log for its output)"
@@ -383,7 +384,11 @@ def _worker(job_file: str) -> None:
         torch.set_num_threads(job["threads"])
         setup(job["timeout_s"])
         try:
-            result = _resolve(job["entry"])(pickle.loads(job["payload"]))
+            try:
+                result = _resolve(job["entry"])(pickle.loads(job["payload"]))
+            except Preempted:  # checkpointed: the agent turns every worker's 75 back into Preempted
+                teardown()
+                sys.exit(REQUEUE_EXIT)
             if is_main():
                 with open(job["result"] + ".tmp", "wb") as fh:
                     torch.save(result, fh)
@@ -421,7 +426,10 @@ def _srun_agents(job_file: Path, devices: int, nodes: int) -> None:
                                + "; request them with the rule's `nodes` resource (profiles/slurm)")
     cmd = srun_command(job_file, devices, nodes)
     log.info("starting %d torchrun agents: %s", nodes, shlex.join(cmd))
-    proc = subprocess.run(cmd)
+    with ignoring_warning_signal():
+        proc = subprocess.run(cmd)
+    if proc.returncode == REQUEUE_EXIT:
+        raise Preempted(None, signal.SIGTERM)
     if proc.returncode != 0:
         raise DistributedError(f"the multi-node training job failed (srun exit code {proc.returncode}); "
                                "the failing rank is named in the job's log above")
@@ -450,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     except DistributedError as e:
         print(f"cselab error on node {socket.gethostname()}: {e}", file=sys.stderr)
         return 1
+    except Preempted:
+        return REQUEUE_EXIT
     return 0
 
 

@@ -431,7 +431,6 @@ class Trainer:
                 f"{t['precision']}, training.max_grad_norm {t['max_grad_norm']}, training.temperature "
                 f"{t.get('temperature', 'n/a')}): lower training.lr, or train in bf16/fp32 where fp16 overflows")
         s.train_time += window.seconds
-        self.phases["train_steps"] = self.phases.get("train_steps", 0.0) + window.seconds
         s.tokens += window.tokens
         speed = {"sentences_per_s": window.sentences / window.seconds, "tokens_per_s": window.tokens / window.seconds}
         utilisation = diagnostics.mfu(self.encoder_parameters, window.encoded / window.seconds, self.peak)
@@ -453,7 +452,7 @@ class Trainer:
             if s.order is None:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
             while s.next_start < sched.per_epoch * sched.batch_size:
-                with record_function("cselab.step"):  # named ranges: the profiler's view of a step
+                with record_function("cselab.step"), self.phase("train_steps"):  # the profiler's view of a step
                     self.step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
                 s.next_start += sched.batch_size
                 if s.step % log_steps == 0 or s.step == sched.last:

@@ -29,9 +29,10 @@ REQUEUE_EXIT = 75
 class Preempted(Exception):
     """Training stopped on a signal after writing a checkpoint at ``step``."""
 
-    def __init__(self, step: int, signum: int):
+    def __init__(self, step: int | None, signum: int):
         self.step, self.signum = step, signum
-        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}: a checkpoint holds the run; "
+        after = f" after step {step}" if step is not None else ""
+        super().__init__(f"stopped by {signal.Signals(signum).name}{after}: a checkpoint holds the run; "
                          "rerunning the same target resumes it from there")
 
 
@@ -68,6 +69,20 @@ def stop_on_signals() -> Iterator[StopFlag]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def ignoring_warning_signal() -> Iterator[None]:
+    """SIGUSR1 ignored for the block (main thread only): a process that only launches or waits
+    for training processes (a torchrun agent) must outlive SLURM's warning signal, which is theirs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def requeue_slurm_job() -> bool:

@@ -39,6 +39,7 @@ def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
     from cselab.training.checkpoints import Checkpoints, fingerprint
 
     previous = tracking.previous_run(out_dir)  # read under the folder's lock: never another live job's run
+    # reopen the interrupted run only when the loop will resume a sound checkpoint (not start over inside it)
     resumable = previous is not None and Checkpoints(
         out_dir / "resume", fingerprint(spec, Path(smk.input.corpus), _artifacts(smk))).peek() is not None
     params = {**spec, "operational": ops, **world_params(ops)}
