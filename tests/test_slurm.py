@@ -217,3 +217,44 @@ def test_train_job_asked_for_a_gpu(slurm_run, cluster):
     assert job["JobState"] == "COMPLETED", job
     for other in (i for _, i, log in SUBMITTED.findall(output) if "/rule_train/" not in log):
         assert "gpu" not in cluster.job(other).get("TresPerJob", ""), other
+
+
+def test_warning_signal_checkpoints_requeues_and_resumes(cluster, tmp_path):
+    """SLURM's warning signal (SIGUSR1 to the job's processes, what ``--signal=USR1@<s>`` sends
+    before the time limit; here sent at once with ``scancel --signal=USR1``) during training:
+    the training process writes a checkpoint and requeues its own job; SLURM starts it again
+    under the same id, it resumes from that checkpoint and completes, and Snakemake, which
+    never saw a failure, spends no retry."""
+    workdir = tmp_path / "wf"
+    make_senteval(workdir / "data" / "senteval", n_extra=12)
+    make_transfer(workdir / "data" / "senteval")
+    make_corpus(workdir / "data" / "corpus.txt", 240)
+    make_tiny_bert(workdir / "tiny-bert")
+    write_config(workdir, training={"batch_size": 8, "max_steps": 180, "epochs": 6, "eval_steps": 30,
+                                    "log_steps": 1, "checkpoint_steps": 1000})
+    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg["experiments"] = {EXP: {"plm": "tiny", "method": "simcse"}}
+    cfg["tables"] = {"table1": {"experiments": [EXP]}}
+    (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
+    summary = workdir / "results" / "experiments" / EXP_ID / "train_summary.json"
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "test.yaml"), "--profile", str(LOCAL), "--",
+           str(summary.relative_to(workdir))]
+    with open(tmp_path / "smk.log", "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**_clean_env(), **cluster.env},
+                                cwd=workdir)
+    log = workdir / "logs" / "train" / f"{EXP_ID}.log"
+    deadline = time.monotonic() + 600
+    while not (log.is_file() and "step 60: STS-B dev" in log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "smk.log").read_text()[-3000:]
+        time.sleep(0.5)
+    job_id = cluster.run("squeue", "--noheader", "--partition=gpu", "--format=%i").stdout.split()[0]
+    cluster.run("scancel", "--signal=USR1", job_id)
+    assert proc.wait(timeout=900) == 0, (tmp_path / "smk.log").read_text()[-4000:]
+    output = (tmp_path / "smk.log").read_text()
+    result = json.loads(summary.read_text())
+    assert result["resumed_from_step"] >= 60 and f"resuming {EXP_ID} from step {result['resumed_from_step']}" \
+        in log.read_text()  # the requeued attempt's log
+    assert cluster.job(job_id).get("Restarts") == "1", cluster.job(job_id)
+    trains = [i for _, i, path in SUBMITTED.findall(output) if "/rule_train/" in path]
+    assert trains == [job_id], "the job was requeued by SLURM under its id, not resubmitted by Snakemake"

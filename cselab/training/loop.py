@@ -425,11 +425,10 @@ class Trainer:
         """The logging window's means as a curve row (a new window begins)."""
         means, s = window.means(), self.state
         if not math.isfinite(means["loss"]):
-            t = self.t
-            raise NumericError(
-                f"loss became {means['loss']} by step {s.step} (training.lr {t['lr']}, training.precision "
-                f"{t['precision']}, training.max_grad_norm {t['max_grad_norm']}, training.temperature "
-                f"{t.get('temperature', 'n/a')}): lower training.lr, or train in bf16/fp32 where fp16 overflows")
+            behind = ", ".join(f"training.{k} {self.t[k]}" for k in ("lr", "precision", "max_grad_norm", "temperature")
+                               if k in self.t)
+            raise NumericError(f"loss became {means['loss']} by step {s.step} ({behind}): lower training.lr, or "
+                               "train in bf16/fp32 where fp16 overflows")
         s.train_time += window.seconds
         s.tokens += window.tokens
         speed = {"sentences_per_s": window.sentences / window.seconds, "tokens_per_s": window.tokens / window.seconds}

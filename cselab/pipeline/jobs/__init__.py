@@ -89,7 +89,8 @@ def main(smk, job: Callable) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(smk.log[0], mode="w"))
+        Path(smk.log[0]).write_text("")  # a fresh log, then appended to by every writer (O_APPEND): the
+        handlers.append(logging.FileHandler(smk.log[0], mode="a"))  # training processes of a job write there too
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         handlers=handlers, force=True)
     quiet_third_party_loggers()
