@@ -59,6 +59,10 @@ import throughput  # noqa: E402
 AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
 PARADIGM = {"head": "linear", "head_std": 6e-3, "m": 0.30, "tau": 0.05}
 GEN = "GEN"  # stands for the generator built from a config
+#: losses whose gradient is not their value's (a stop-gradient surrogate: MHS pushes each row from
+#: its nearest detached row of the other view): training need not lower the value, so their check
+#: is a finite loss that training moves
+SURROGATES = ("paradigm-mhs",)
 
 
 def method_cases(paradigm_losses: tuple[str, ...]) -> dict[str, tuple]:
@@ -153,20 +157,63 @@ def peak_memory(device: str):
         out["peak_mb"] = round(torch.cuda.max_memory_allocated() / 2 ** 20)
 
 
+# Ops whose output shape or value the host must read: on CUDA each one waits for the device.
+SYNCING_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim",
+               "unique_consecutive", "equal", "is_nonzero", "argwhere"}
+
+
+def syncing_op(func, args, kwargs) -> bool:
+    """Whether an aten call would make the host wait for a CUDA device."""
+    import torch
+
+    name = func._overloadpacket.__name__
+    if name in SYNCING_OPS:
+        return True
+    if name in ("index", "index_put", "index_put_", "_index_put_impl_"):  # a boolean-mask index is a nonzero
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in indices)
+    if name == "repeat_interleave":
+        return kwargs.get("output_size") is None and (len(args) < 4 or args[3] is None)
+    return False
+
+
+#: (file, function) of the step's code that works on host tensors by design, on CUDA too: the
+#: batch builder's CPU ``lengths`` (the packing, the natural width) and the optimizer's CPU step
+#: counters (the plain loop's optimizer reads them alike)
+HOST_SIDE = {("unpadded.py", "__init__"), ("mlm.py", "batch_width"), ("numerics.py", "step")}
+
+
+def host_side() -> bool:
+    """Whether the op being dispatched comes from :data:`HOST_SIDE` code."""
+    import traceback
+
+    return any((Path(f.filename).name, f.name) in HOST_SIDE for f in traceback.extract_stack())
+
+
 @contextlib.contextmanager
 def steps_without_host_sync(device: str):
-    """On CUDA, every training step (not the set-up, logging or evaluation around it) under
-    ``torch.cuda.set_sync_debug_mode("error")``: a device-to-host sync in a step raises."""
+    """Every training step (not the set-up, logging or evaluation around it) with no host sync.
+
+    On CUDA under ``torch.cuda.set_sync_debug_mode("error")``: a device-to-host sync raises. On the
+    CPU a dispatch mode raises at any op that would sync on CUDA (a host read, a boolean-mask index,
+    nonzero, unique...), so the CPU run finds them too."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     from cselab.training.loop import Trainer
 
-    if device != "cuda":
-        yield
-        return
+    class NoSyncingOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if syncing_op(func, args, kwargs or {}) and not host_side():
+                raise RuntimeError(f"called a synchronizing op on CUDA: {func}")
+            return func(*args, **(kwargs or {}))
+
     step = Trainer.step
 
     def guarded(self, *args, **kwargs):
+        if device != "cuda":
+            with NoSyncingOps():
+                return step(self, *args, **kwargs)
         torch.cuda.set_sync_debug_mode("error")
         try:
             return step(self, *args, **kwargs)
@@ -174,10 +221,13 @@ def steps_without_host_sync(device: str):
             torch.cuda.set_sync_debug_mode("default")
 
     Trainer.step = guarded
+    before = os.environ.get("CSELAB_SYNC_FREE")
+    os.environ["CSELAB_SYNC_FREE"] = "1"  # on the CPU too, the paths CUDA takes
     try:
         yield
     finally:
         Trainer.step = step
+        os.environ.pop("CSELAB_SYNC_FREE") if before is None else os.environ.update(CSELAB_SYNC_FREE=before)
 
 
 def repeated_corpus(lines: list[str], batch: int, work: Path) -> Path:
@@ -254,6 +304,9 @@ def check_training(report: Report, args, model_dir: Path, generator: Path, lines
             spec = spec_for(name, case, model_dir, generator, batch, args.steps, precision, lr=1e-4,
                             **({"chunk_size": None} if batch <= 128 else {}))
             artifacts = {ARTIFACT: stage1} if name == "infocse-stage2" else None
+            if name == "infocse-stage2" and stage1 is None:
+                report.add("train", name, False, precision=precision, batch=batch, error="stage 1 did not train")
+                continue
             try:
                 with peak_memory(args.device) as mem, steps_without_host_sync(args.device):
                     res = train_repeated(spec, repeated_corpus(lines, batch, work), work, args.device, artifacts)
@@ -263,9 +316,10 @@ def check_training(report: Report, args, model_dir: Path, generator: Path, lines
             if name == "infocse-stage1":
                 stage1 = work / spec["id"] / "model"
             finite = all(math.isfinite(v) for v in res["losses"])
-            report.add("train", name, finite and res["after"] < res["before"], precision=precision, batch=batch,
+            moved = res["after"] != res["before"] if name in SURROGATES else res["after"] < res["before"]
+            report.add("train", name, finite and moved, precision=precision, batch=batch,
                        loss_before=res["before"], loss_after=res["after"], last_step_loss=res["losses"][-1], **mem,
-                       sync_checked=args.device == "cuda")
+                       sync_checked=True)
 
 
 def check_layouts(report: Report, args, model_dir: Path, lines: list[str]) -> None:
@@ -372,6 +426,10 @@ def speed_cases(args) -> list[tuple[str, str, int, dict, bool]]:
     small, large = args.batch_sizes[0], args.batch_sizes[-1]
     rows = [("simcse", "simcse", small, {}, True), ("compcse", "compcse-avg", small, {}, True),
             ("simcse", "simcse", large, {}, True)]
+    if args.device == "cuda":  # the other modes of docs/speed.md, each beside the plain loop
+        rows += [("simcse padded", "simcse", small, {"unpadded": False}, True),
+                 ("simcse compiled", "simcse", small, {"compile": True}, True),
+                 ("simcse cudagraphs", "simcse", small, {"compile": "reduce-overhead"}, True)]
     for name, case in method_cases(LOSSES).items():
         if name not in ("simcse", "compcse-avg") and not name.startswith("compcse-"):
             batch = case[3] if args.device == "cuda" else min(case[3], small)
@@ -379,6 +437,9 @@ def speed_cases(args) -> list[tuple[str, str, int, dict, bool]]:
     for batch, chunk in ((64, 16), (1024, 128)) if args.device == "cuda" else ((small, small // 4), (large, large // 8)):
         rows += [(f"simcse unchunked b{batch}", "simcse", batch, {"chunk_size": None}, False),
                  (f"simcse chunk {chunk} b{batch}", "simcse", batch, {"chunk_size": chunk}, False)]
+    if args.speed_cases:
+        by_key = {f"{r[0].replace(' ', '_')}@{r[2]}": r for r in rows}
+        rows = [by_key[k] for k in args.speed_cases.split(",") if k in by_key]  # in the order asked
     return rows
 
 
@@ -431,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM: 989)")
     ap.add_argument("--sections", default="train,layouts,sts,distributed,speed")
     ap.add_argument("--methods", default=None, help="the training check's methods (default: all)")
+    ap.add_argument("--speed-cases", default=None, help="the timed cases, as label@batch (e.g. simcse@64,"
+                    "simcse_chunk_16_b64@64; default: all)")
     args = ap.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
 
@@ -442,18 +505,21 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="cselab-acceptance-"))
     model_dir, generator, lines = prepare(args, work)
     sections = args.sections.split(",")
-    if "train" in sections:
-        check_training(report, args, model_dir, generator, lines, work)
-    if "layouts" in sections:
-        check_layouts(report, args, model_dir, lines)
-    if "sts" in sections and args.senteval:
-        check_sts(report, args, model_dir)
-    if "distributed" in sections:
-        check_distributed(report, args, model_dir, generator, lines, work)
-    if "speed" in sections:
-        check_speed(report, args, model_dir, generator, lines, work)
-    report.write(args.out, " ".join(["python", "benchmarks_scripts/gpu_acceptance.py",
-                                     *(argv if argv is not None else sys.argv[1:])]))
+    command = " ".join(["python", "benchmarks_scripts/gpu_acceptance.py", *(argv if argv is not None else sys.argv[1:])])
+    checks = {"train": lambda: check_training(report, args, model_dir, generator, lines, work),
+              "layouts": lambda: check_layouts(report, args, model_dir, lines),
+              "sts": lambda: check_sts(report, args, model_dir) if args.senteval else None,
+              "distributed": lambda: check_distributed(report, args, model_dir, generator, lines, work),
+              "speed": lambda: check_speed(report, args, model_dir, generator, lines, work)}
+    for section in sections:
+        try:
+            checks[section]()
+        except Exception as exc:  # noqa: BLE001 - one broken section must not hide the others' figures
+            import traceback
+
+            traceback.print_exc()
+            report.add(section, "section raised", False, error=f"{type(exc).__name__}: {exc}"[:300])
+        report.write(args.out, command)  # after every section: a run cut short keeps what it measured
     print(f"wrote {args.out / 'acceptance.csv'}; {report.failed} check(s) failed")
     return 1 if report.failed else 0
 

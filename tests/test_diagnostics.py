@@ -39,6 +39,15 @@ def test_duplicate_rate_counts_rows_with_a_twin():
     assert diagnostics.duplicate_rate(ids[2:3]) == 0.0
 
 
+def test_duplicate_rate_equals_the_unique_count():
+    """The sort-based count (no data-dependent sizes) against torch.unique's, on batches full of twins."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        ids = torch.randint(0, 3, (64, 4), generator=gen)
+        _, inverse, counts = torch.unique(ids, dim=0, return_inverse=True, return_counts=True)
+        assert float(diagnostics.duplicate_rate(ids)) == pytest.approx(float((counts[inverse] > 1).float().mean()))
+
+
 def test_collapse_alarm_thresholds():
     limits = {"min_effective_rank": 2.0, "max_uniformity": -0.1}
     assert diagnostics.collapse_alarm({"effective_rank": 40.0, "uniformity": -2.0}, limits) is None

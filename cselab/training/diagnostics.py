@@ -32,11 +32,28 @@ PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("GH200",
 def duplicate_rate(input_ids: torch.Tensor) -> torch.Tensor | float:
     """Share of a batch's rows whose token sequence is also another row's (each such row is a
     false negative of in-batch InfoNCE for its twin), as a 0-d tensor (read with the logging
-    window, not every step)."""
+    window, not every step).
+
+    Sorted by a row hash, twins are neighbours and are compared exactly; no op here has a
+    data-dependent size (``torch.unique`` has), so on CUDA the step does not wait for the device."""
     if input_ids.size(0) < 2:
         return 0.0
-    _, inverse, counts = torch.unique(input_ids, dim=0, return_inverse=True, return_counts=True)
-    return (counts[inverse] > 1).float().mean()
+    ids = input_ids.long()
+    rows = ids[(ids * _hash_weights(ids.size(1), ids.device)).sum(-1).argsort()]
+    same = (rows[1:] == rows[:-1]).all(-1)
+    return (F.pad(same, (1, 0)) | F.pad(same, (0, 1))).float().mean()
+
+
+_WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _hash_weights(width: int, device: torch.device) -> torch.Tensor:
+    """Fixed odd int64 multipliers, one per position (the row hash wraps around on overflow)."""
+    key = (width, str(device))
+    if key not in _WEIGHTS:
+        draw = torch.randint(-2**62, 2**62, (width,), generator=torch.Generator().manual_seed(0)) | 1
+        _WEIGHTS[key] = draw.to(device)
+    return _WEIGHTS[key]
 
 
 @torch.no_grad()

@@ -152,9 +152,9 @@ def paradigm_loss(u: torch.Tensor, v: torch.Tensor, m: float = 0.30, tau: float 
                 weight = sim.detach().clamp(min=1e-4).pow(power).masked_fill(eye, 0.0)
                 weight = weight / weight.sum(dim=1, keepdim=True)
             terms = weight * target
-            if gd:
-                if mask.any():
-                    total = total + terms[mask].sum() / (mask.sum() * n)
+            if gd:  # the kept anchors' rows (none kept: adds 0); no boolean index, so no host sync on CUDA
+                kept = torch.where(mask[:, None], terms, torch.zeros_like(terms)).sum()
+                total = total + kept / (mask.sum() * n).clamp(min=1)
             else:
                 total = total + terms.mean()
         return total
@@ -201,12 +201,12 @@ def mhe(u, v, lam: float = 10.0, gd: bool = False, w: bool = False, r: bool = Fa
         un, vn = _views(u, v, gd, m, gd_reference)
         n = un.size(0)
         align = 2 - 2 * (un * vn).sum(-1)
-        lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=un.device), diagonal=-1)
+        lower = torch.tril_indices(n, n, offset=-1, device=un.device)  # the pairs i > j, row-major
         eye = _eye(n, un.device)
         loss = un.new_zeros(())
         for x in (un, vn):
             g = x @ x.T / (tau if w else 1.0)
-            energy = torch.logsumexp(g[lower], dim=0)
+            energy = torch.logsumexp(g[lower[0], lower[1]], dim=0)
             if w:
                 share = torch.logsumexp(g.detach().masked_fill(eye, -_OFF), dim=1) - energy.detach()
                 weight = share.exp() / tau

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cselab.models.heads import init_linear
+from cselab.models.masks import extended_mask, model_mask, sync_free  # noqa: F401 (model_mask: the methods')
 from cselab.training.losses import fp32
 
 IGNORE = -100
@@ -99,9 +100,16 @@ def _word_start_positions(input_ids: torch.Tensor, candidates: torch.Tensor, wor
 
 
 def mlm_loss(head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over the masked positions only (the head runs on those rows alone), in fp32;
-    0 (with a gradient path) when a batch has no masked token."""
+    """Cross-entropy over the masked positions only, in fp32; 0 (with a gradient path) when a
+    batch has no masked token. On the CPU the head runs on the masked rows alone; on CUDA on every
+    position with the others ignored (the same loss: picking the masked rows would make the host
+    wait for their count)."""
     where = labels != IGNORE
+    if sync_free(hidden.device):
+        logits = head(hidden.reshape(-1, hidden.size(-1)))
+        with fp32(hidden.device):
+            total = F.cross_entropy(logits.float(), labels.reshape(-1), ignore_index=IGNORE, reduction="sum")
+            return total / where.sum().clamp(min=1)
     logits = head(hidden[where])
     with fp32(hidden.device):
         if logits.size(0) == 0:
@@ -192,11 +200,6 @@ def _read_tensor(model_dir: Path, key: str) -> torch.Tensor | None:
         return f.get_tensor(key) if key in f.keys() else None
 
 
-def extended_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[B, T]`` 0/1 -> the additive ``[B, 1, 1, T]`` mask a transformer layer takes."""
-    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-
-
 def layers(backbone: nn.Module) -> nn.ModuleList:
     return backbone.encoder.layer
 
@@ -245,9 +248,10 @@ class MaskedLM(nn.Module):
         self.backbone, self.head = backbone, head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = model_mask(attention_mask)
         if self.head is None:
-            return self.backbone(input_ids=input_ids, attention_mask=attention_mask).logits
-        return self.head(self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+            return self.backbone(input_ids=input_ids, attention_mask=mask).logits
+        return self.head(self.backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state)
 
 
 def load_masked_lm(path: Path) -> MaskedLM:

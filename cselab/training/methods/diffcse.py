@@ -169,7 +169,7 @@ class Conditioned(Method):
         """The discriminator's last hidden states with ``h`` as its position-0 input."""
         self._cls_input = h
         try:
-            return self.discriminator(input_ids=ids, attention_mask=attention_mask).last_hidden_state
+            return self.discriminator(input_ids=ids, attention_mask=mlm.model_mask(attention_mask)).last_hidden_state
         finally:
             self._cls_input = None
 
