@@ -161,8 +161,9 @@ def test_keyed_dropout_costs_no_more_than_torch_dropout(bert12, corpus, tmp_path
     assert keyed_on - keyed_off <= 2 * sites
 
 
-#: methods whose step has static shapes: one graph per batch shape (the MLM auxiliaries select
-#: their masked tokens and the gradient-dissipation losses their kept pairs, data-dependent shapes)
+#: methods whose step has static shapes on every device: one graph per batch shape (on the CPU the
+#: MLM auxiliaries select their masked tokens and the gradient-dissipation losses their kept pairs,
+#: data-dependent shapes; CUDA's paths do neither: SYNC_FREE_CASES)
 STATIC_CASES = ["simcse", "simcse-batchnorm", "compcse-z+", "compcse-both", "compcse-per-part", "rtd",
                 "simcse_edits", "paradigm-infonce", "paradigm-arccon", "paradigm-mpt", "paradigm-met",
                 "paradigm-mat", "paradigm-barlowtwins", "paradigm-vicreg", "paradigm-mhs"]
@@ -207,6 +208,17 @@ def test_compiled_step_is_one_graph_per_shape(tiny_bert, generator, case):
         explanation = torch._dynamo.explain(objective)(batch)
         reasons = [b.reason.splitlines()[0] for b in explanation.break_reasons]
         assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), reasons
+
+
+#: static on CUDA's sync-free paths (``CSELAB_SYNC_FREE=1``); InfoCSE's stage 1 still breaks its graph
+SYNC_FREE_CASES = ["cmlm", "corrective_lm", "infocse_mlm", "infocse_mlm-undetached", "infocse_mlm-lower-dropout",
+                   "paradigm-paradigm", "paradigm-mhe"]
+
+
+@pytest.mark.parametrize("case", SYNC_FREE_CASES)
+def test_compiled_step_on_cudas_paths_is_one_graph_per_shape(tiny_bert, generator, case, monkeypatch):
+    monkeypatch.setenv("CSELAB_SYNC_FREE", "1")
+    test_compiled_step_is_one_graph_per_shape(tiny_bert, generator, case)
 
 
 def test_compiled_training_matches_eager_and_compiles_once_per_shape(tiny_bert, tmp_path):

@@ -5,11 +5,13 @@ acceptance command's sync check on an H100) compute what the CPU paths compute.
 ignored (not the masked rows picked by a boolean index) and the 4-D additive attention mask handed
 to a Hugging Face model (not the 2-D one it would check with ``mask.all()``)."""
 
+import pytest
 import torch
 from transformers import AutoModel
 
 from cselab.models.masks import model_mask
 from cselab.training import mlm
+from tests.test_chunks import CASES, assert_same_gradients, generator, one_step  # noqa: F401 (a fixture)
 
 
 def test_mlm_loss_over_every_position_equals_the_masked_rows(monkeypatch):
@@ -40,3 +42,14 @@ def test_four_d_mask_gives_the_model_the_same_states(monkeypatch, tiny_bert):
         with_four = model(input_ids=ids, attention_mask=four).last_hidden_state
     real = mask.bool()
     assert torch.allclose(plain[real], with_four[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_method_steps_alike_on_the_sync_free_paths(tiny_bert, generator, case, monkeypatch):
+    """Each method's and auxiliary's step (loss and every gradient) on CUDA's sync-free paths
+    equals the CPU's, to float rounding."""
+    loss, grads = one_step(tiny_bert, generator, case, None)
+    monkeypatch.setenv("CSELAB_SYNC_FREE", "1")
+    free_loss, free = one_step(tiny_bert, generator, case, None)
+    assert free_loss == pytest.approx(loss, rel=1e-5)
+    assert_same_gradients(grads, free)

@@ -304,12 +304,20 @@ class CorrectiveLM(Editing):
         hidden = self.encode(edited, batch["clm_attention_mask"], shared)
         where = batch["clm_attention_mask"].bool()
         where[:, 0] = False  # position 0 is the sentence embedding itself
-        kept = (edited == targets)[where].float()
-        h = hidden[where]
-        with fp32(hidden.device):
+        if mlm.sync_free(hidden.device):  # every position, padding weighted out: no boolean index, no host wait
+            return self.losses(hidden, edited == targets, targets, where.float())
+        return self.losses(hidden[where], (edited == targets)[where], targets[where], None)
+
+    def losses(self, h, kept, targets, weight):
+        """The copy and LM losses over the rows of ``h`` (each position weighted by ``weight`` if given)."""
+        def mean(x):
+            return x.mean() if weight is None else (x * weight).sum() / weight.sum()
+
+        kept = kept.float()
+        with fp32(h.device):
             copy_logit = self.copy_head(h).float().squeeze(-1)
-            copy_loss = F.binary_cross_entropy_with_logits(copy_logit, kept)
+            copy_loss = mean(F.binary_cross_entropy_with_logits(copy_logit, kept, reduction="none"))
             p_copy = torch.sigmoid(copy_logit).detach()
-            p_vocab = F.softmax(self.lm_head(h).float(), -1).gather(1, targets[where][:, None]).squeeze(1)
-            lm_loss = -torch.log(p_copy * kept + (1 - p_copy) * p_vocab + 1e-12).mean()
+            p_vocab = F.softmax(self.lm_head(h).float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            lm_loss = mean(-torch.log(p_copy * kept + (1 - p_copy) * p_vocab + 1e-12))
         return Output({"clm": lm_loss + copy_loss}, {"clm_copy_loss": copy_loss.detach()})
