@@ -24,6 +24,7 @@ def test_acceptance_runs_on_the_cpu_at_tiny_size(tmp_path):
     out = tmp_path / "out"
     status = gpu_acceptance.main(["--device", "cpu", "--size", "tiny", "--steps", "8", "--speed-steps", "3",
                                   "--rounds", "1", "--batch-sizes", "16,32", "--senteval", str(senteval),
+                                  "--speed-cases", "simcse@16,compcse@16,simcse@32,simcse_chunk_4_b16@16,diffcse@16",
                                   "--corpus", str(corpus), "--out", str(out)])
     rows = list(csv.DictReader((out / "acceptance.csv").open()))
     failed = [r for r in rows if r["status"] == "FAILED"]
@@ -52,7 +53,7 @@ def test_cuda_kernel_masks_equal_the_cpu_path(dtype):
     for layout in [*LAYOUTS, "packed"]:
         shape, keys, positions, group, inner, stride = _layout(layout)
         x = torch.randn(shape).to(dtype)
-        cpu = keyed_ops._dropout_eager(x, keys, positions, SITE, 0.1, group, inner, stride)
+        cpu = keyed_ops.dropout_eager(x, keys, positions, SITE, 0.1, group, inner, stride)
         gpu = keyed_ops.keyed_dropout(x.cuda(), keys.cuda(), None if positions is None else positions.cuda(),
                                       SITE, 0.1, group, inner, stride).cpu()
         assert torch.equal(gpu == 0, cpu == 0), layout

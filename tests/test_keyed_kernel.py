@@ -50,12 +50,12 @@ def _layout(name: str):
 def test_kernel_masks_equal_the_cpu_path_bit_for_bit(layout, p):
     shape, keys, positions, group, inner, stride = _layout(layout)
     x = torch.randn(shape)
-    cpu = keyed_ops._dropout_eager(x, keys, positions, SITE, p, group, inner, stride)
+    cpu = keyed_ops.dropout_eager(x, keys, positions, SITE, p, group, inner, stride)
     kernel = keyed_ops._dropout_triton(x, keys, positions, SITE, p, group, inner, stride)
     assert torch.equal(kernel, cpu)  # fp32: the same mask and the same x / (1 - p), bit for bit
     for dtype in (torch.bfloat16, torch.float16):
         half = x.to(dtype)
-        a = keyed_ops._dropout_eager(half, keys, positions, SITE, p, group, inner, stride)
+        a = keyed_ops.dropout_eager(half, keys, positions, SITE, p, group, inner, stride)
         b = keyed_ops._dropout_triton(half, keys, positions, SITE, p, group, inner, stride)
         assert torch.equal(a == 0, b == 0)  # the masks, bit for bit
         # values within one unit in the last place: the interpreter (numpy) truncates fp32 to

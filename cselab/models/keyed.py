@@ -134,8 +134,15 @@ def keep_mask(x: torch.Tensor, p: float, site: int, state: RowKeys) -> torch.Ten
 
 
 def keyed_dropout(x: torch.Tensor, p: float, site: int, state: RowKeys) -> torch.Tensor:
-    """Dropout of ``x`` keyed by row: one op (a fused kernel on CUDA), its backward one more."""
+    """Dropout of ``x`` keyed by row: one op (a fused kernel on CUDA), its backward one more.
+
+    On the CPU outside ``torch.compile`` (no kernel there) the torch expression runs directly:
+    autograd keeps its mask for the backward instead of hashing again (hashing is ~36 int64
+    ops over the tensor: on 2 CPU cores the backward's rehash cost about 6% of a MiniLM CompCSE
+    step). The same bits and values either way."""
     keys, positions, group, inner, stride = state.layout(x)
+    if not keyed_ops.use_kernel(x) and not torch.compiler.is_compiling():
+        return keyed_ops.dropout_eager(x, keys, positions, site, float(p), group, inner, stride)
     return keyed_ops.keyed_dropout(x, keys, positions, site, float(p), group, inner, stride)
 
 

@@ -86,7 +86,7 @@ def keep_mask_eager(x: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor
     return (bits >= keep_threshold(p)).reshape(x.shape)
 
 
-def _dropout_eager(x, keys, positions, site, p, group, inner, stride):
+def dropout_eager(x, keys, positions, site, p, group, inner, stride):
     keep = keep_mask_eager(x, keys, positions, site, p, group, inner, stride)
     return torch.where(keep, x / (1 - p), torch.zeros((), dtype=x.dtype, device=x.device)).contiguous()
 
@@ -152,7 +152,7 @@ def keyed_dropout(x: torch.Tensor, keys: torch.Tensor, positions: Optional[torch
     """``x`` with dropout ``p`` keyed by row (see the module docstring for the layout arguments)."""
     if use_kernel(x):
         return _dropout_triton(x, keys, positions, site, p, group, inner, stride)
-    return _dropout_eager(x, keys, positions, site, p, group, inner, stride)
+    return dropout_eager(x, keys, positions, site, p, group, inner, stride)
 
 
 @keyed_dropout.register_fake
