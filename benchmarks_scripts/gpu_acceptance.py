@@ -227,7 +227,10 @@ def steps_without_host_sync(device: str):
         yield
     finally:
         Trainer.step = step
-        os.environ.pop("CSELAB_SYNC_FREE") if before is None else os.environ.update(CSELAB_SYNC_FREE=before)
+        if before is None:
+            del os.environ["CSELAB_SYNC_FREE"]
+        else:
+            os.environ["CSELAB_SYNC_FREE"] = before
 
 
 def repeated_corpus(lines: list[str], batch: int, work: Path) -> Path:
@@ -505,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="cselab-acceptance-"))
     model_dir, generator, lines = prepare(args, work)
     sections = args.sections.split(",")
-    command = " ".join(["python", "benchmarks_scripts/gpu_acceptance.py", *(argv if argv is not None else sys.argv[1:])])
+    given = argv if argv is not None else sys.argv[1:]
+    command = " ".join(["python", "benchmarks_scripts/gpu_acceptance.py", *given])
     checks = {"train": lambda: check_training(report, args, model_dir, generator, lines, work),
               "layouts": lambda: check_layouts(report, args, model_dir, lines),
               "sts": lambda: check_sts(report, args, model_dir) if args.senteval else None,

@@ -80,8 +80,8 @@ class SentenceEncoder(nn.Module):
             input_ids, attention_mask = input_ids[:, :width], attention_mask[:, :width]
         if self.unpadded and not backbone_kwargs and not static:
             return unpadded.pooled(self.backbone, input_ids, attention_mask, self.pooler, lengths)
-        out = self.backbone(input_ids=input_ids, attention_mask=model_mask(attention_mask) if self.training else attention_mask,
-                            **backbone_kwargs)
+        mask = model_mask(attention_mask) if self.training else attention_mask  # no host wait in a CUDA step
+        out = self.backbone(input_ids=input_ids, attention_mask=mask, **backbone_kwargs)
         pooled = self.pool(out.last_hidden_state, attention_mask)
         return (pooled, out) if backbone_kwargs else pooled
 

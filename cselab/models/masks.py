@@ -18,9 +18,9 @@ def model_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     additive ``[B, 1, 1, T]`` mask in the dtype attention runs in (autocast's when on), which
     the model uses as it is; from a 2-D mask it first asks whether every token is real
     (``mask.all()``: the host waits for the device). Elsewhere the 2-D mask, unchanged."""
-    device = attention_mask.device.type
     if not sync_free(attention_mask.device):
         return attention_mask
+    device = attention_mask.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
     return extended_mask(attention_mask, dtype)
 

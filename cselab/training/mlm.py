@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cselab.models.heads import init_linear
-from cselab.models.masks import extended_mask, model_mask, sync_free  # noqa: F401 (model_mask: the methods')
+from cselab.models.masks import extended_mask, model_mask, sync_free
 from cselab.training.losses import fp32
 
 IGNORE = -100

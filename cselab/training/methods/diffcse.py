@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cselab.errors import ConfigError
+from cselab.models.masks import model_mask, sync_free
 from cselab.training import mlm
 from cselab.training.losses import fp32
 from cselab.training.methods import POSITIVE, RATIO, Method, Output, option, primary_views
@@ -169,7 +170,7 @@ class Conditioned(Method):
         """The discriminator's last hidden states with ``h`` as its position-0 input."""
         self._cls_input = h
         try:
-            return self.discriminator(input_ids=ids, attention_mask=mlm.model_mask(attention_mask)).last_hidden_state
+            return self.discriminator(input_ids=ids, attention_mask=model_mask(attention_mask)).last_hidden_state
         finally:
             self._cls_input = None
 
@@ -304,7 +305,7 @@ class CorrectiveLM(Editing):
         hidden = self.encode(edited, batch["clm_attention_mask"], shared)
         where = batch["clm_attention_mask"].bool()
         where[:, 0] = False  # position 0 is the sentence embedding itself
-        if mlm.sync_free(hidden.device):  # every position, padding weighted out: no boolean index, no host wait
+        if sync_free(hidden.device):  # every position, padding weighted out: no boolean index, no host wait
             return self.losses(hidden, edited == targets, targets, where.float())
         return self.losses(hidden[where], (edited == targets)[where], targets[where], None)
 

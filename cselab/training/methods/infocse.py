@@ -34,6 +34,7 @@ import json
 
 import torch
 
+from cselab.models.masks import model_mask
 from cselab.training import mlm
 from cselab.training.methods import POSITIVE, RATIO, Method, Output, option, primary_views
 
@@ -123,7 +124,7 @@ class InfoCSEPretrain(Method):
     def masked_forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The backbone's top layer and the auxiliary network's output over ``[h ; M^{>0}]``, ``h``
         the masked forward's top-layer [CLS] (the paper's 12-cls) and ``M`` its lower layer."""
-        out = self.ctx.encoder.backbone(input_ids=ids, attention_mask=mlm.model_mask(mask), output_hidden_states=True)
+        out = self.ctx.encoder.backbone(input_ids=ids, attention_mask=model_mask(mask), output_hidden_states=True)
         return out.last_hidden_state, self.aux.hidden(out.last_hidden_state[:, 0], out.hidden_states[self.k], mask)
 
     def export(self, out_dir):
