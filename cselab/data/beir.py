@@ -27,6 +27,25 @@ QRELS_HEADER = ["query-id", "corpus-id", "score"]
 #: exactly as in BEIR. Other datasets must be consistent unless ``max_dangling_qrels`` says so.
 KNOWN_DANGLING_QRELS = {"arguana": 1}
 
+#: Published sizes of the BEIR datasets (Thakur et al., 2021, Table 1: the evaluated split's
+#: queries, the corpus documents and their mean length in words), used to size jobs
+#: (``disk_mb`` / ``mem_mb``) and to price targets before anything is downloaded. MS MARCO is
+#: evaluated on its dev split. ``corpus_mb`` is an estimate (documents x (6 bytes a word + 60
+#: bytes of JSON and ids)); the prepared manifest's ``counts`` are the measured values.
+BEIR_SIZES = {
+    name: {"queries": q, "docs": d, "words_per_doc": w, "corpus_mb": round(d * (6 * w + 60) / 1e6, 1)}
+    for name, q, d, w in (
+        ("msmarco", 6980, 8_841_823, 55.98), ("trec-covid", 50, 171_332, 160.77),
+        ("nfcorpus", 323, 3_633, 232.26), ("nq", 3452, 2_681_468, 78.88),
+        ("hotpotqa", 7405, 5_233_329, 46.30), ("fiqa", 648, 57_638, 132.32),
+        ("arguana", 1406, 8_674, 166.80), ("webis-touche2020", 49, 382_545, 292.37),
+        ("cqadupstack", 13_145, 457_199, 129.09), ("quora", 10_000, 522_931, 11.44),
+        ("dbpedia-entity", 400, 4_635_922, 49.68), ("scidocs", 1000, 25_657, 176.19),
+        ("fever", 6666, 5_416_568, 84.76), ("climate-fever", 1535, 5_416_593, 84.76),
+        ("scifact", 300, 5_183, 213.63),
+    )
+}
+
 
 
 def _is_dataset_dir(d: Path) -> bool:
