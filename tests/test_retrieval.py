@@ -45,6 +45,11 @@ def _files(qrels: str = QRELS, corpus=CORPUS, queries=QUERIES) -> dict[str, str]
     }
 
 
+def _corpus(data) -> dict[str, str]:
+    """A streamed corpus as id -> BEIR text (tests only: the library never builds this dict)."""
+    return {i: t for ids, texts in data.corpus_chunks(2) for i, t in zip(ids, texts)}
+
+
 def _zip(files: dict[str, str | bytes], prefix: str = "tiny/") -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -83,9 +88,12 @@ def test_prepare_beir_download_extract_verify(server, tmp_path):
     data = load_beir(root)
     assert set(data.queries) == {"q1", "q2"}  # q3 has no qrels
     assert data.qrels == {"q1": {"d1": 2, "d3": 0}, "q2": {"d2": 1}}
-    assert data.corpus["d3"] == {"title": "", "text": "The river floods in spring."}
-    assert doc_text(data.corpus["d1"]) == "Cats A cat sleeps on the mat."
-    assert doc_text(data.corpus["d2"]) == "Dogs bark at night."
+    # the corpus is streamed, never a dict: BEIR's text is (title + " " + text).strip()
+    chunks = list(data.corpus_chunks(3))
+    assert [len(ids) for ids, _ in chunks] == [3, 1]
+    docs = _corpus(data)
+    assert docs["d3"] == "The river floods in spring." == doc_text({"text": "The river floods in spring."})
+    assert docs["d1"] == "Cats A cat sleeps on the mat." and docs["d2"] == "Dogs bark at night."
 
 
 def test_prepare_beir_local_path_used_in_place(server, tmp_path):
@@ -335,9 +343,9 @@ def test_stsb_retrieval_dataset_synthetic(tmp_path):
     out = stsb_retrieval_dataset(tmp_path / "senteval", tmp_path / "stsb_ret")
     data = load_beir(out)
     unique = {s for _, a, b in rows for s in (a, b)}
-    assert len(data.corpus) == len(unique) == 10
+    assert len(_corpus(data)) == len(unique) == 10
     assert sorted(data.queries) == ["q0000", "q0002", "q0003", "q0005"]
-    text_to_id = {doc["text"]: i for i, doc in data.corpus.items()}
+    text_to_id = {text: i for i, text in _corpus(data).items()}
     assert data.qrels["q0000"] == {text_to_id["a man plays the flute ."]: 1}
     assert data.qrels["q0003"] == {text_to_id["this is not a good idea ."]: 1}
     assert data.exclude["q0002"] == [text_to_id["it is not a good idea ."]]
@@ -356,7 +364,118 @@ def test_stsb_retrieval_dataset_real(tmp_path):
     out = stsb_retrieval_dataset(find_shared_data() / "senteval", tmp_path / "stsb")
     data = load_beir(out)
     assert len(data.queries) == 97  # the papers' 97 score-5 pairs
-    assert len(data.corpus) == 2551  # unique sentences of the 2 x 1379 in sts-test.csv
+    assert len(_corpus(data)) == 2551  # unique sentences of the 2 x 1379 in sts-test.csv
     assert len({data.queries[q] for q in data.queries}) == 86  # 9 first sentences twice, 1 thrice
     assert all(len(r) == 1 for r in data.qrels.values())
     assert all(data.exclude[q] and data.exclude[q][0] not in data.qrels[q] for q in data.queries)
+
+
+# --------------------------------------------------------------------------- fp16 search, shared corpora
+
+
+@pytest.mark.parametrize("score", ["cos", "dot"])
+def test_fp16_search_equals_fp32_when_certified(score):
+    """The fp16 score matrix (GPU tensor cores) with the 2k best re-scored in fp32 returns the
+    fp32 search's top-k and its exact scores; 0 queries uncertified on well-separated data."""
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(17, 32)).astype(np.float32)
+    c = rng.normal(size=(900, 32)).astype(np.float32)
+    qids, cids = [f"q{i}" for i in range(17)], [f"d{i}" for i in range(900)]
+    kw = dict(k=10, chunk_size=128, score=score, query_block=6)
+    enc_q, enc_c = (lambda ids: q[[int(i[1:]) for i in ids]]), (lambda ids: c[[int(i[1:]) for i in ids]])
+    exact = search(enc_q, enc_c, cids, qids, **kw)
+    half = search(enc_q, enc_c, cids, qids, precision="fp16", **kw)
+    assert [list(r) for r in half.values()] == [list(r) for r in exact.values()]
+    for qid in qids:
+        assert np.allclose(list(half[qid].values()), list(exact[qid].values()), rtol=0, atol=1e-5)
+
+
+def test_fp16_search_counts_queries_it_cannot_certify():
+    """Near-ties below fp16's resolution: the running top-k says how many queries may differ
+    from the exact search instead of claiming exactness."""
+    import torch
+
+    from cselab.evaluation.retrieval import RunningTopK
+
+    rng = np.random.default_rng(4)
+    base = rng.normal(size=(1, 16)).astype(np.float32)
+    c = torch.tensor(base + 1e-5 * rng.normal(size=(400, 16)).astype(np.float32))
+    c = torch.nn.functional.normalize(c, dim=1)
+    q = torch.nn.functional.normalize(torch.tensor(base), dim=1)
+    top = RunningTopK(q, 5, precision="fp16")
+    for s in range(0, 400, 100):
+        top.add(c[s:s + 100], [f"d{i}" for i in range(s, s + 100)], s)
+    assert top.uncertified() == 1
+    exact = RunningTopK(q, 5)
+    exact.add(c, [f"d{i}" for i in range(400)], 0)
+    assert exact.uncertified() == 0
+    with pytest.raises(ValueError, match="precision"):
+        RunningTopK(q, 5, precision="int8")
+
+
+def _shared_pair(tmp_path):
+    """Two BEIR datasets whose corpora overlap: b lacks d5, has a new d9, and d2 with another text."""
+    a_docs = [{"_id": f"d{i}", "title": "", "text": t} for i, t in enumerate(
+        ["cats sleep on mats", "dogs bark at night", "rivers flood in spring", "bread rises in ovens",
+         "stars burn for ages", "owls hunt at dusk"])]
+    b_docs = [d for d in a_docs if d["_id"] != "d5"]
+    b_docs[2] = {"_id": "d2", "title": "", "text": "rivers freeze in winter"}
+    b_docs.append({"_id": "d9", "title": "Owls", "text": "barn owls nest in towers"})
+    qa = [{"_id": "q1", "text": "where do cats sleep"}, {"_id": "q2", "text": "when do owls hunt"}]
+    qb = [{"_id": "q1", "text": "when do rivers freeze"}, {"_id": "d1", "text": "why do dogs bark"}]
+    a = _write_tree(tmp_path / "a", _files("query-id\tcorpus-id\tscore\nq1\td0\t1\nq2\td5\t1\n", a_docs, qa))
+    b = _write_tree(tmp_path / "b", _files("query-id\tcorpus-id\tscore\nq1\td2\t1\nd1\td1\t1\n", b_docs, qb))
+    return a, b
+
+
+def test_shared_corpora_encode_each_document_once_and_score_as_alone(tmp_path):
+    from cselab.evaluation.retrieval import evaluate_shared
+
+    a, b = _shared_pair(tmp_path)
+    encode, encoded = _bow_encoder(), []
+
+    def encode_docs(texts):
+        encoded.extend(texts)
+        return encode(texts)
+
+    got = evaluate_shared({"a": a, "b": b}, lambda name, texts: encode(texts), encode_docs, k=3, chunk_size=2,
+                          k_values=(1, 3))
+    assert len(encoded) == len(set(encoded)) == 8  # 6 of a, then b's new d2 text and d9
+    for name, root in (("a", a), ("b", b)):
+        alone = evaluate_retrieval(encode, root, k=3, chunk_size=4, k_values=(1, 3))
+        assert got[name]["metrics"] == alone["metrics"] and got[name]["n_docs"] == alone["n_docs"]
+        assert got[name]["search"]["shared_corpus"] == ["a", "b"] and got[name]["search"]["encoded_docs"] == 8
+    assert got["b"]["n_docs"] == 6 and got["a"]["n_docs"] == 6
+    # b's runs never hold a's d5 nor the query's own id d1
+    data = load_beir(b)
+    run = retrieve(encode, data, k=6, chunk_size=2)
+    assert all("d5" not in r for r in run.values()) and "d1" not in run["d1"]
+
+
+def test_shared_corpora_reject_a_split_dataset_and_a_missing_corpus(tmp_path):
+    from cselab.evaluation.retrieval import evaluate_shared
+
+    a, _ = _shared_pair(tmp_path)
+    split = tmp_path / "cqa"
+    _write_tree(split / "x", _files())
+    enc = _bow_encoder()
+    with pytest.raises(DataError, match="'cqa'.*sub-datasets.*shared_corpora"):
+        evaluate_shared({"a": a, "cqa": split}, lambda n, t: enc(t), enc)
+    with pytest.raises(DataError, match=r"corpus.jsonl is missing \(dataset 'gone'\)"):
+        evaluate_shared({"gone": tmp_path / "gone"}, lambda n, t: enc(t), enc)
+
+
+def test_prepare_beir_rejects_duplicate_corpus_ids(tmp_path):
+    docs = CORPUS + [{"_id": "d2", "title": "", "text": "a second d2"}]
+    local = _write_tree(tmp_path / "local" / "tiny", _files(corpus=docs))
+    with pytest.raises(DataError, match="id 'd2' occurs twice"):
+        prepare_beir("tiny", path=local, out_dir=tmp_path / "o", manifest=tmp_path / "m.json",
+                     download_dir=tmp_path / "dl")
+
+
+def test_id_table_round_trips():
+    from cselab.evaluation.retrieval import IdTable
+
+    t = IdTable()
+    t.extend(["a", "", "dbpedia:Île-de-France", "42"])
+    assert len(t) == 4 and [t[i] for i in range(4)] == ["a", "", "dbpedia:Île-de-France", "42"]

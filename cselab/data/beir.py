@@ -146,7 +146,12 @@ def _verify_dataset(root: Path, split: str, fix: str, rel_prefix: str) -> dict:
     ids: dict[str, set[str]] = {}
     for rel, kind in (("corpus.jsonl", "corpus"), ("queries.jsonl", "queries")):
         h = hashlib.sha256()
-        ids[kind] = {rec["_id"] for rec in _iter_jsonl(paths[rel], kind, fix, h)}
+        ids[kind] = set()
+        for rec in _iter_jsonl(paths[rel], kind, fix, h):
+            if rec["_id"] in ids[kind]:
+                raise DataError(f"BEIR {kind} file {paths[rel]}: id {rec['_id']!r} occurs twice; an id must "
+                                f"name one record: {fix}.")
+            ids[kind].add(rec["_id"])
         if not ids[kind]:
             raise DataError(f"BEIR {kind} file {paths[rel]} has no records; {fix}.")
         files[rel_prefix + rel] = {"sha256": h.hexdigest(), "bytes": paths[rel].stat().st_size}
@@ -273,28 +278,56 @@ def _verify_subsets(name: str, root: Path, split: str, fix: str, max_dangling_qr
 
 @dataclass
 class BeirData:
-    """One BEIR dataset in memory (BEIR's ``GenericDataLoader`` layout).
+    """One BEIR dataset (BEIR's ``GenericDataLoader`` layout) with its corpus left on disk.
 
-    ``exclude`` maps a query id to document ids that must never be returned for it, beyond the
-    identical-id rule (read from ``queries.jsonl`` ``metadata.exclude_ids``; used by the STS-B
-    in-domain task, whose queries are corpus sentences too). Empty for the official datasets.
+    ``queries`` and ``qrels`` are in memory (small); the corpus is streamed from ``root /
+    "corpus.jsonl"`` by :meth:`corpus_chunks`, never held whole (FEVER's 5.4M documents would
+    take about 6.5 GB as a dict). ``exclude`` maps a query id to document ids that must never be
+    returned for it, beyond the identical-id rule (read from ``queries.jsonl``
+    ``metadata.exclude_ids``; used by the STS-B in-domain task, whose queries are corpus sentences
+    too). Empty for the official datasets.
     """
 
-    corpus: dict[str, dict[str, str]]
+    root: Path
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     exclude: dict[str, list[str]] = field(default_factory=dict)
 
+    def corpus_chunks(self, chunk_size: int) -> Iterator[tuple[list[str], list[str]]]:
+        """``(ids, texts)`` of consecutive slices of at most ``chunk_size`` documents, in file
+        order; the text is BEIR's ``(title + " " + text).strip()``."""
+        yield from corpus_chunks(self.root, chunk_size)
+
+
+def corpus_chunks(root: str | Path, chunk_size: int) -> Iterator[tuple[list[str], list[str]]]:
+    """Stream ``root/corpus.jsonl`` as ``(ids, texts)`` slices of at most ``chunk_size``
+    documents, texts as BEIR encodes them: ``(title + " " + text).strip()``."""
+    path = Path(root) / "corpus.jsonl"
+    fix = "re-run the BEIR prepare step (delete its output first) or fix the local copy"
+    if not path.is_file():
+        raise DataError(f"BEIR file {path} is missing; {fix}.")
+    ids: list[str] = []
+    texts: list[str] = []
+    for r in _iter_jsonl(path, "corpus", fix):
+        ids.append(r["_id"])
+        texts.append((r["title"] + " " + r["text"]).strip())
+        if len(ids) == chunk_size:
+            yield ids, texts
+            ids, texts = [], []
+    if ids:
+        yield ids, texts
+
 
 def load_beir(root: str | Path, split: str = "test") -> BeirData:
-    """Read a BEIR dataset folder as BEIR's ``GenericDataLoader.load(split)`` does.
+    """Read a BEIR dataset folder as BEIR's ``GenericDataLoader.load(split)`` does, except that
+    the corpus stays on disk (:meth:`BeirData.corpus_chunks` streams it).
 
-    ``corpus``: id -> ``{"title", "text"}`` (missing title -> ""); ``queries``: id -> text, only
-    queries that have qrels in ``split``; ``qrels``: query id -> {doc id: int score}, all rows
-    (score-0 rows included, as in BEIR; pytrec_eval treats them as non-relevant). Qrels of a
-    query absent from queries.jsonl are dropped (BEIR would fail on them). A doc id absent from
-    the corpus is kept in the qrels, so it still counts as a relevant document (as in BEIR).
-    For cqadupstack call this on each folder of :func:`beir_subsets`.
+    ``queries``: id -> text, only queries that have qrels in ``split``; ``qrels``: query id ->
+    {doc id: int score}, all rows (score-0 rows included, as in BEIR; pytrec_eval treats them as
+    non-relevant). Qrels of a query absent from queries.jsonl are dropped (BEIR would fail on
+    them). A doc id absent from the corpus is kept in the qrels, so it still counts as a
+    relevant document (as in BEIR). For cqadupstack call this on each folder of
+    :func:`beir_subsets`.
     """
     root = Path(root)
     fix = "re-run the BEIR prepare step (delete its output first) or fix the local copy"
@@ -304,8 +337,6 @@ def load_beir(root: str | Path, split: str = "test") -> BeirData:
     for rel in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (root / rel).is_file():
             raise DataError(f"BEIR file {root / rel} is missing; {fix}.")
-    corpus = {r["_id"]: {"title": r["title"], "text": r["text"]}
-              for r in _iter_jsonl(root / "corpus.jsonl", "corpus", fix)}
     all_queries: dict[str, str] = {}
     exclude: dict[str, list[str]] = {}
     for r in _iter_jsonl(root / "queries.jsonl", "queries", fix):
@@ -319,7 +350,7 @@ def load_beir(root: str | Path, split: str = "test") -> BeirData:
             qrels.setdefault(qid, {})[did] = score
     queries = {qid: all_queries[qid] for qid in qrels}
     exclude = {qid: ex for qid, ex in exclude.items() if qid in queries}
-    return BeirData(corpus, queries, qrels, exclude)
+    return BeirData(root, queries, qrels, exclude)
 
 
 
