@@ -57,7 +57,7 @@ def setup(workdir: Path, tiny_bert: Path) -> None:
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 6, "lr": 1e-4, "eval_steps": 2, "log_steps": 2,
                      "precision": "fp32"},
         "evaluation": {"batch_size": 64, "bootstrap": {"n_boot": 200}},
-        "spans": {"batch_size": 64},
+        "spans": {"batch_size": 64, "shards": 2},
         "experiments": EXPERIMENTS,
         "tables": {"table2": {"experiments": ["simcse-tiny", "compcse-tiny", "comp-subsuming-tiny"]},
                    "table3": {"experiments": ["simcse-tiny", "comp-sum-tiny", "compcse-tiny"]}},

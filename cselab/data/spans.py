@@ -7,7 +7,8 @@ sentence into character offsets ``[start, end)`` of its units: in order, non-ove
 without surrounding whitespace, together covering every non-whitespace character.
 :func:`segment_corpus` writes one JSON record per sentence (``{"i", "text", "n", "units"}``,
 ``i`` counting the sentences of :func:`cselab.data.corpus.read_sentences`); :mod:`.subsample`
-builds the extra training samples from them. Imports no torch.
+builds the extra training samples from them. The pipeline segments the corpus in shards, one
+process each, and concatenates them into the same file (:mod:`.span_shards`). Imports no torch.
 """
 
 from __future__ import annotations
@@ -318,43 +319,72 @@ def make_segmenter(settings: dict) -> Segmenter:
 # --------------------------------------------------------------------------- corpus files
 
 
+#: Settings that change how fast the segmentation runs, never what it writes: the gathered
+#: spans of any shard count and process count are the same bytes (:mod:`.span_shards`).
+OPERATIONAL = frozenset({"n_process", "shards"})
+
+
+def segmentation_settings(settings: dict) -> dict:
+    """The ``spans`` settings that decide what the segmentation writes: all but the
+    :data:`OPERATIONAL` ones and ``min_words`` (read by :mod:`.subsample` only): the segmentation
+    rules' params, so that changing ``n_process`` or ``min_words`` reruns no segmentation job."""
+    return {k: v for k, v in settings.items() if k not in OPERATIONAL and k != "min_words"}
+
+
+def write_records(f, sentences: list[str], segmenter: Segmenter, first: int = 0) -> Counter[int]:
+    """Segment ``sentences`` and write one JSON line each to the text file ``f`` (``i`` counting
+    from ``first``: the sentence's index in the whole corpus); return the histogram of unit counts."""
+    hist: Counter[int] = Counter()
+    t0 = time.perf_counter()
+    for j, (text, units) in enumerate(zip(sentences, segmenter.segment(sentences), strict=True)):
+        f.write(json.dumps({"i": first + j, "text": text, "n": len(units), "units": [list(u) for u in units]},
+                           ensure_ascii=False) + "\n")
+        hist[len(units)] += 1
+        if (j + 1) % PROGRESS_EVERY == 0:
+            log.info("segmented %d/%d sentences (%.0f/s)", j + 1, len(sentences), (j + 1) / (time.perf_counter() - t0))
+    return hist
+
+
+def segmenter_info(segmenter: Segmenter) -> dict[str, Any]:
+    """What :func:`segment_corpus` records of a segmenter: its ``info()``, else its name."""
+    return segmenter.info() if hasattr(segmenter, "info") else {"segmenter": segmenter.name}
+
+
+def corpus_stats(hist: Counter[int], seconds: float, load_seconds: float, info: dict) -> dict:
+    """The statistics of a segmented corpus (keys and their order: :func:`segment_corpus`)."""
+    n_sentences = sum(hist.values())
+    n_units = sum(k * v for k, v in hist.items())
+    return {
+        "n_sentences": n_sentences,
+        "n_units": n_units,
+        "mean_units": n_units / n_sentences,
+        "units_per_sentence": {str(k): hist[k] for k in sorted(hist)},
+        "seconds": seconds,
+        "sentences_per_s": n_sentences / seconds if seconds > 0 else None,
+        "load_seconds": load_seconds,
+        "segmenter": info,
+    }
+
+
 def segment_corpus(corpus: Path, out_jsonl: Path, settings: dict, stats_path: Path | None = None) -> dict:
     """Segment every sentence of ``corpus`` (one per line) into ``out_jsonl``; return statistics.
 
     Statistics: ``n_sentences``, ``n_units``, ``mean_units``, ``units_per_sentence`` (a histogram
     keyed by the unit count as a string), ``seconds`` and ``sentences_per_s`` (segmentation only),
     ``load_seconds`` (the model) and ``segmenter`` (its settings and versions). They are also
-    written to ``stats_path`` as JSON when given.
+    written to ``stats_path`` as JSON when given. One process (``n_process`` of spaCy's); the
+    pipeline splits the corpus into shards instead (:mod:`.span_shards`: the same bytes).
     """
     sentences = read_sentences(Path(corpus))
     t0 = time.perf_counter()
     segmenter = make_segmenter(settings)
     load_seconds = time.perf_counter() - t0
-    hist: Counter[int] = Counter()
     t0 = time.perf_counter()
     with open_atomic(out_jsonl) as f:
-        for i, (text, units) in enumerate(zip(sentences, segmenter.segment(sentences), strict=True)):
-            f.write(json.dumps({"i": i, "text": text, "n": len(units), "units": [list(u) for u in units]},
-                               ensure_ascii=False) + "\n")
-            hist[len(units)] += 1
-            if (i + 1) % PROGRESS_EVERY == 0:
-                elapsed = time.perf_counter() - t0
-                log.info("segmented %d/%d sentences (%.0f/s)", i + 1, len(sentences), (i + 1) / elapsed)
-    seconds = time.perf_counter() - t0
-    n_units = sum(k * v for k, v in hist.items())
-    info = segmenter.info() if hasattr(segmenter, "info") else {"segmenter": segmenter.name}
-    stats = {
-        "n_sentences": len(sentences),
-        "n_units": n_units,
-        "mean_units": n_units / len(sentences),
-        "units_per_sentence": {str(k): hist[k] for k in sorted(hist)},
-        "seconds": seconds,
-        "sentences_per_s": len(sentences) / seconds if seconds > 0 else None,
-        "load_seconds": load_seconds,
-        "segmenter": info,
-    }
-    log.info("segmented %d sentences into %d units (%.2f per sentence) in %.1fs", len(sentences), n_units,
-             stats["mean_units"], seconds)
+        hist = write_records(f, sentences, segmenter)
+    stats = corpus_stats(hist, time.perf_counter() - t0, load_seconds, segmenter_info(segmenter))
+    log.info("segmented %d sentences into %d units (%.2f per sentence) in %.1fs", stats["n_sentences"],
+             stats["n_units"], stats["mean_units"], stats["seconds"])
     if stats_path is not None:
         write_json(stats_path, stats)
     return stats

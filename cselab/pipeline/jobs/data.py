@@ -1,5 +1,5 @@
 """Jobs of the data rules: corpus, SentEval, BEIR, the resolved PLM, spans and subsampling.
-(``segment_corpus`` and ``subsample`` run in the spans environment, which has no torch.)"""
+(``segment_shard``, ``segment_corpus`` and ``subsample`` run in the spans environment, which has no torch.)"""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def prepare_beir(smk) -> None:
     name = smk.wildcards.dataset
     with run(smk, params={"dataset": name, "url": smk.params.url, "path": smk.params.path}, label=name) as r:
         manifest = prepare(name, url=smk.params.url, path=smk.params.path, out_dir=Path(smk.params.out_dir),
-                           manifest=Path(smk.output.manifest), download_dir=Path(smk.params.download_dir))
+                           manifest=Path(smk.output.manifest), download_dir=Path(smk.params.download_dir),
+                           disk_mb=smk.resources.get("disk_mb"))
         r.log_metrics({k: v for k, v in manifest.get("counts", {}).items() if isinstance(v, (int, float))})
         r.log_artifact(smk.output.manifest)
 
@@ -82,12 +83,24 @@ def prepare_stsb_retrieval(smk) -> None:
         r.log_artifact(smk.output.manifest)
 
 
+def segment_shard(smk) -> None:
+    """One shard of the corpus's segmentation, with spaCy processes = the job's threads (params
+    leave operational settings out); no MLflow run of its own (rule segment_corpus, which gathers
+    the shards, logs the corpus's statistics)."""
+    from cselab.data.span_shards import segment_shard as segment
+
+    segment(Path(smk.input.corpus), smk.wildcards.shard, Path(smk.output.spans), Path(smk.output.record),
+            {**smk.params.settings, "n_process": int(smk.threads)})
+
+
 def segment_corpus(smk) -> None:
-    from cselab.data.spans import segment_corpus as segment
+    """Gather the shards' spans in corpus order into the spans file and its statistics."""
+    from cselab.data.span_shards import gather_spans
 
     settings = smk.params.settings
-    with run(smk, params={"spans": settings}, label="corpus") as r:
-        stats = segment(Path(smk.input.corpus), Path(smk.output.spans), settings, stats_path=Path(smk.output.stats))
+    with run(smk, params={"spans": settings, "spans_shards": len(smk.input.spans)}, label="corpus") as r:
+        stats = gather_spans(Path(smk.input.corpus), list(smk.input.spans), list(smk.input.records),
+                             Path(smk.output.spans), stats_path=Path(smk.output.stats))
         hist = stats.get("units_per_sentence", {})
         r.log_metrics({"sentences": stats["n_sentences"], "sentences_per_s": stats["sentences_per_s"],
                        "mean_units": stats["mean_units"], **{f"units_hist.{k}": v for k, v in hist.items()}})
