@@ -6,6 +6,13 @@ arrays explicitly and ranks them with ``scipy.stats.rankdata(x[idx], axis=1)``; 
 100 resamples and extrapolated, and both must give the same differences on the same draws.
 
     python benchmarks_scripts/bootstrap_speed.py [N_BOOT]
+
+``table`` mode times one table's comparisons instead
+(:func:`cselab.reporting.tables.add_comparisons`, what the ``table`` rule runs): METHODS methods
+(the first is SimCSE, the baseline of the others) x SEEDS seeds (the same seeds, so paired) x the
+7 STS tasks, predictions continuous (cosine-like), gold with ties; the median of REPEATS runs:
+
+    python benchmarks_scripts/bootstrap_speed.py table [--methods 10] [--seeds 5] [--n-boot 1000] [--repeats 3]
 """
 
 import sys
@@ -75,5 +82,55 @@ def main(n_boot: int = 1000) -> None:
     print(f"max |counts - rankdata| over {m} resamples: {np.abs(fast - naive).max():.2e}")
 
 
+def table_rows(methods: int, seeds: int, seed: int = 0) -> list[dict]:
+    """Rows as :func:`cselab.reporting.tables.add_comparisons` reads them: ``methods`` experiments
+    on one PLM (the first SimCSE), each with ``seeds`` seeds of per-item STS predictions."""
+    gold, _, _ = synthetic(seed)
+    rng = np.random.default_rng(seed + 1)
+    rows = []
+    for m in range(methods):
+        objective = "simcse" if m == 0 else f"method{m}"
+        noise = 0.30 + 0.01 * m
+        for s in range(1, seeds + 1):
+            pairs = {t: (g, np.tanh(g / 5 + rng.normal(0, noise, len(g)))) for t, g in gold.items()}
+            rows.append({"name": f"{objective}-bert-base", "plm": "bert-base", "objective": objective, "seed": s,
+                         "pairs": pairs})
+    return rows
+
+
+def table_main(argv: list[str]) -> None:
+    """Time the comparisons of one STS table (module docstring, ``table`` mode)."""
+    import argparse
+    import shlex
+
+    import pandas as pd
+
+    from cselab.reporting.tables import Comparison, add_comparisons
+
+    ap = argparse.ArgumentParser(prog="bootstrap_speed.py table")
+    ap.add_argument("--methods", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    rows = table_rows(args.methods, args.seeds)
+    df = pd.DataFrame({"experiment": list(dict.fromkeys(r["name"] for r in rows))})
+    comparisons = [Comparison("", tuple(SIZES))]
+    walls, out = [], None
+    for _ in range(args.repeats):
+        tic = time.perf_counter()
+        out = add_comparisons(df, rows, comparisons, n_boot=args.n_boot, confidence=0.95, seed=0)
+        walls.append(time.perf_counter() - tic)
+    print("command: python benchmarks_scripts/bootstrap_speed.py table " + shlex.join(argv))
+    print(f"{args.methods} methods ({args.methods - 1} comparisons with SimCSE) x {args.seeds} seeds x "
+          f"{len(SIZES)} tasks ({sum(SIZES.values())} pairs), {args.n_boot} resamples")
+    print(f"table bootstrap: median {np.median(walls):.2f} s, runs " + ", ".join(f"{w:.2f}" for w in walls) + " s")
+    cols = ["experiment", "diff", "diff_ci_low", "diff_ci_high", "p_value", "ci_counts"]
+    print(out[cols].to_string(index=False))
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+    if sys.argv[1:2] == ["table"]:
+        table_main(sys.argv[2:])
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)

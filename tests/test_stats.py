@@ -1,9 +1,12 @@
 """Seed summaries and the paired bootstrap, against scipy on explicit resamples."""
 
+import copy
+
 import numpy as np
 import pytest
 from scipy.stats import pearsonr, rankdata, spearmanr
 
+from cselab.reporting import stats
 from cselab.reporting.stats import paired_bootstrap, pearson_rows, seed_summary, spearman_counts
 
 
@@ -175,6 +178,133 @@ def test_paired_bootstrap_accuracy_against_explicit_resamples():
     lo, hi = np.quantile(explicit, [0.025, 0.975])
     assert (res["ci_low"], res["ci_high"]) == pytest.approx((lo, hi), abs=1e-9)
     assert res["diff"] > 0 and res["significant"] == (res["ci_low"] > 0)
+
+
+# -- one baseline, several models: shared resamples, the same numbers as one bootstrap per model --
+
+def _comparison_inputs(metric):
+    """A baseline with 3 seeds and four models against it (3 seeds paired, 3 unpaired, 2, 1), on
+    three tasks (gold with ties; a prediction with ties); labels for accuracy."""
+    rng = np.random.default_rng(12)
+    if metric == "accuracy":
+        gold = {"MR": rng.integers(0, 2, 300), "TREC": rng.integers(0, 6, 200), "CR": rng.integers(0, 2, 45)}
+
+        def model(noise):
+            return {t: np.where(rng.random(len(g)) < noise / 4, (g + 1) % (g.max() + 1), g) for t, g in gold.items()}
+    else:
+        gold = _tasks(rng, (300, 200, 45))
+
+        def model(noise):
+            return _noisy(gold, rng, noise)
+    models = [[model(noise) for _ in range(seeds)] for noise, seeds in ((1.0, 3), (1.2, 3), (0.9, 2), (1.5, 1))]
+    if metric != "accuracy":
+        models[1][0]["T0"] = np.round(models[1][0]["T0"], 1)  # ties in a prediction
+    return gold, models, [model(1.1) for _ in range(3)], [True, False, False, False]
+
+
+def _reference_resamples(gold, models, n_boot, seed, metric, block_cells):
+    """The computation before comparisons shared their resamples, kept as it was: per task and
+    block of draws, every seed of every model centered on (pairs x resamples) counts and
+    correlated with gold by einsum (accuracy: correct items times counts). Returns the observed
+    scores, the item resamples and the generator after the draws."""
+    rng = np.random.default_rng(seed)
+    if metric == "accuracy":
+        correct = [[{t: (p[t] == g).astype(np.float64) for t, g in gold.items()} for p in preds] for preds in models]
+        observed = [np.array([100 * np.mean([c[t].mean() for t in gold]) for c in seeds]) for seeds in correct]
+    else:
+        corr = spearmanr if metric == "spearman" else pearsonr
+        observed = [np.array([100 * np.mean([corr(p[t], g)[0] for t, g in gold.items()]) for p in preds])
+                    for preds in models]
+    sums = [np.zeros((len(preds), n_boot)) for preds in models]
+    for t, g in gold.items():
+        n = len(g)
+        block = max(1, block_cells // n)
+        for lo in range(0, n_boot, block):
+            m = min(n_boot, lo + block) - lo
+            idx = rng.integers(0, n, size=(m, n))
+            counts = np.bincount((idx + n * np.arange(m)[:, None]).ravel(), minlength=m * n)
+            counts = np.ascontiguousarray(counts.reshape(m, n).T)
+            if metric == "accuracy":
+                for k, seeds in enumerate(correct):
+                    for s, c in enumerate(seeds):
+                        sums[k][s, lo:lo + m] += c[t] @ counts / n
+                continue
+            dg = stats._centered(g, metric)(counts)
+            cdg = counts * dg
+            sgg = np.einsum("ij,ij->j", cdg, dg)
+            for k, preds in enumerate(models):
+                for s, p in enumerate(preds):
+                    dx = stats._centered(p[t], metric)(counts)
+                    r = np.einsum("ij,ij->j", cdg, dx) / np.sqrt(np.einsum("ij,ij,ij->j", counts, dx, dx) * sgg)
+                    sums[k][s, lo:lo + m] += r
+    return observed, [100 * x / len(gold) for x in sums], rng
+
+
+#: (diff, ci_low, ci_high, p_value) of each model of :func:`_comparison_inputs` against the
+#: baseline (n_boot 250, seed 4, blocks of 20,000 cells), recorded from one paired_bootstrap per
+#: model before the comparisons shared their resamples (commit 6b8d225)
+_RECORDED = {
+    "spearman": [(1.2408132870951647, -3.915811141033392, 6.397437715223721, 0.630813927962532),
+                 (-3.633277865298453, -10.240716440610804, 2.974160710013897, 0.2454610356046001),
+                 (3.7014936551990445, -4.596200824198588, 11.999188134596677, 0.2991526841996566),
+                 (-10.22330559943461, -17.637417991097532, -3.7193634331074334, 0.0)],
+    "pearson": [(1.562665179194127, -1.6035471450054364, 4.72887750339369, 0.3327726900994398),
+                (-2.9582890385279796, -7.645976190441864, 1.7293981133859049, 0.20074832976657403),
+                (3.950260858029239, -2.5076478501175155, 10.408169566175992, 0.1797270842650209),
+                (-11.054299621547457, -16.30505343366173, -6.487153451178242, 0.0)],
+    "accuracy": [(5.376543209876544, -9.977724856991339, 20.730811276744426, 0.36180144408736375),
+                 (-2.364197530864203, -12.297780442698494, 7.569385380970088, 0.59437482611509),
+                 (6.4135802469135825, -2.3342562941661438, 15.161416787993309, 0.13083746277336225),
+                 (-6.401234567901227, -12.7111111111111, -0.8229938271604949, 0.048)],
+}
+
+
+@pytest.mark.parametrize("metric", ["spearman", "pearson", "accuracy"])
+def test_shared_resamples_equal_one_bootstrap_per_model_bit_for_bit(monkeypatch, metric):
+    """paired_bootstraps (the baseline's and gold's resamples computed once, several blocks of
+    draws per task) gives exactly the reference's item resamples and intervals, and the numbers
+    recorded before the sharing."""
+    monkeypatch.setattr(stats, "_BLOCK_CELLS", 20_000)
+    gold, models, base, paired = _comparison_inputs(metric)
+    results = stats.paired_bootstraps(gold, models, base, n_boot=250, seed=4, metric=metric, paired_seeds=paired)
+    observed, boot, after = _reference_resamples(gold, [*models, base], 250, 4, metric, 20_000)
+    for k, res in enumerate(results):
+        want = stats._interval([observed[k], observed[-1]], [boot[k], boot[-1]], 0.95, paired[k], copy.deepcopy(after))
+        assert res == want
+        assert (res["diff"], res["ci_low"], res["ci_high"], res["p_value"]) == _RECORDED[metric][k]
+        alone = paired_bootstrap(gold, models[k], base, n_boot=250, seed=4, metric=metric, paired_seeds=paired[k])
+        assert alone == res
+    got_observed, got_boot = stats.score_resamples(gold, models[1], base, n_boot=250, seed=4, metric=metric)
+    for got, want in zip(got_observed + got_boot, [observed[1], observed[-1], boot[1], boot[-1]]):
+        assert np.array_equal(got, want)
+    if metric == "spearman":  # the integer route and the float one (beyond _EXACT_PAIRS) agree exactly
+        monkeypatch.setattr(stats, "_EXACT_PAIRS", 0)
+        assert stats.paired_bootstraps(gold, models, base, n_boot=250, seed=4, paired_seeds=paired) == results
+
+
+def test_shared_resamples_score_each_seed_once(monkeypatch):
+    """One gold block per task (one block of draws each) and one scoring per seed of each model,
+    the baseline's included: not once per comparison."""
+    gold, models, base, paired = _comparison_inputs("spearman")
+    blocks, scored = [], []
+    init, correlations = stats._SpearmanBlock.__init__, stats._SpearmanBlock.correlations
+
+    def counted_init(self, counts, gold_ranker):
+        blocks.append(gold_ranker)
+        init(self, counts, gold_ranker)
+
+    def counted_correlations(self, pred):
+        scored.append(pred)
+        return correlations(self, pred)
+
+    monkeypatch.setattr(stats._SpearmanBlock, "__init__", counted_init)
+    monkeypatch.setattr(stats._SpearmanBlock, "correlations", counted_correlations)
+    stats.paired_bootstraps(gold, models, base, n_boot=100, paired_seeds=paired)
+    seeds = sum(len(m) for m in models) + len(base)
+    assert len(blocks) == len(gold) and len(scored) == seeds * len(gold)
+    assert len({id(pred) for pred in scored}) == len(scored)  # no prediction scored twice
+    with pytest.raises(ValueError, match="paired_seeds has 2 flags for 4 models"):
+        stats.paired_bootstraps(gold, models, base, n_boot=10, paired_seeds=[True, False])
 
 
 # -- intervals that count training randomness: a simulation with known seed and item variance --

@@ -109,6 +109,49 @@ def test_comparisons_count_seeds_when_there_are_several_and_say_so():
     assert "over seeds [min, max]" not in md and "not training randomness" in md
 
 
+def test_comparisons_share_each_baseline_and_equal_one_bootstrap_per_experiment(monkeypatch):
+    """Two PLMs, each with its SimCSE: every seed of every experiment (its baseline's included) is
+    scored once per task of a comparison, not once per comparison; every row's numbers are those
+    of its own paired bootstrap against its baseline (the computation before the sharing)."""
+    import numpy as np
+
+    from cselab.reporting import stats
+    from cselab.reporting.tables import Comparison, add_comparisons
+
+    rng = np.random.default_rng(21)
+    gold = {t: np.round(rng.uniform(0, 5, n) * 5) / 5 for t, n in (("STS12", 240), ("STS13", 150), ("STS-B", 90))}
+    rows = []
+    for plm, objective, seeds, noise in (("bert", "simcse", (1, 2, 3), 1.0), ("bert", "compcse", (1, 2, 3), 0.9),
+                                         ("bert", "diffcse", (4, 5), 1.1), ("bert", "infocse", (1,), 0.8),
+                                         ("roberta", "simcse", (1, 2), 1.0), ("roberta", "compcse", (1, 2), 1.2)):
+        for s in seeds:
+            r = {**row(f"{objective}-{plm}", objective, objective, {}, s, 70.0 + s), "plm": plm}
+            r["pairs"] = {t: (g, g + noise * rng.normal(size=len(g))) for t, g in gold.items()}
+            rows.append(r)
+    scored, correlations = [], stats._SpearmanBlock.correlations
+
+    def counted(self, pred):
+        scored.append(pred)
+        return correlations(self, pred)
+
+    monkeypatch.setattr(stats._SpearmanBlock, "correlations", counted)
+    comparisons = [Comparison("STS avg", tuple(gold), prefix="sts_"), Comparison("STS-B", ("STS-B",), prefix="b_")]
+    df = add_comparisons(score_table(rows, STS_COLUMNS, []), rows, comparisons, n_boot=200).set_index("experiment")
+    assert len(scored) == len(rows) * (len(gold) + 1) and len({id(p) for p in scored}) == len(scored)
+    assert df["baseline"].dropna().to_dict() == {"compcse-bert": "simcse-bert", "diffcse-bert": "simcse-bert",
+                                                 "infocse-bert": "simcse-bert", "compcse-roberta": "simcse-roberta"}
+    for name, base in df["baseline"].dropna().items():
+        group, baseline = ([r for r in rows if r["name"] == n] for n in (name, base))
+        for c in comparisons:
+            res = stats.paired_bootstrap({t: gold[t] for t in c.columns},
+                                         [{t: r["pairs"][t][1] for t in c.columns} for r in group],
+                                         [{t: r["pairs"][t][1] for t in c.columns} for r in baseline], n_boot=200,
+                                         paired_seeds=[r["seed"] for r in group] == [r["seed"] for r in baseline])
+            got = df.loc[name, [c.prefix + k for k in ("diff", "diff_ci_low", "diff_ci_high", "p_value", "ci_counts")]]
+            assert list(got) == [round(res["diff"], 2), round(res["ci_low"], 2), round(res["ci_high"], 2),
+                                 round(res["p_value"], 4), res["interval"]]
+
+
 def test_subset_note_only_when_a_transfer_result_was_capped(tmp_path):
     import json
 

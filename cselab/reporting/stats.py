@@ -14,10 +14,21 @@ values below it + (number of drawn values equal to it + 1) / 2", computed from c
 array's sort order (one ``argsort`` per array, not per resample); Spearman of the resample is then
 the count-weighted Pearson of these ranks over the original pairs. This equals
 ``scipy.stats.spearmanr`` on the explicitly resampled arrays, ties included.
+
+A table compares several methods with one baseline on the same resamples
+(:func:`paired_bootstraps`): the item draws, the gold's resampled ranks and the baseline's
+resampled scores are computed once per task and shared by every comparison. For Spearman the
+per-seed work is one pass in the prediction's sort order (:class:`_SpearmanBlock`): with
+``w = count * centered gold rank`` and ``C`` the cumulative counts in that order,
+``sum(count * gold rank * pred rank) = 2 * sum(w * C) - sum(w * count)`` (per tie group), and the
+sum of squared centered prediction ranks is ``(n^3 - sum(group count^3)) / 3``. Every term is an
+integer below 2^53 (n^3 bounds them), so the result is bit-for-bit the count-weighted Pearson above
+whatever the order of summation.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Sequence
 
@@ -27,6 +38,10 @@ from scipy.stats import t as student_t
 
 #: Cells (pairs x resamples) per block of resamples: bounds memory to a few 8 MB arrays.
 _BLOCK_CELLS = 1_000_000
+#: Spearman's integer route (:class:`_SpearmanBlock`) is exact while n^3 stays below 2^53.
+_EXACT_PAIRS = 208_063
+#: Bits of a packed (weight, count) cell that hold the count (counts <= n < 2^20, see _EXACT_PAIRS).
+_COUNT_BITS = 20
 
 
 def seed_summary(values: Sequence[float]) -> dict:
@@ -78,6 +93,71 @@ class _Ranker:
         # rank = (drawn below) + (drawn equal + 1) / 2 = cumsum - (per_group - 1) / 2
         twice = 2 * np.cumsum(per_group, axis=0) - per_group - self.n
         return twice[self.group].astype(np.float64)
+
+    def centered_rows(self, counts: np.ndarray) -> np.ndarray:
+        """:meth:`centered` for (resamples x pairs) counts, in that layout, as int64."""
+        per_group = np.take(counts, self.order, axis=1)
+        if self.ties:
+            per_group = np.add.reduceat(per_group, self.starts, axis=1)
+        twice = 2 * np.cumsum(per_group, axis=1) - per_group - self.n
+        return np.take(twice, self.group, axis=1)
+
+    def in_order(self, rows: np.ndarray) -> np.ndarray:
+        """(resamples x pairs) -> the same in this array's sort order, tie groups summed
+        (resamples x groups)."""
+        ordered = np.take(rows, self.order, axis=1)
+        return np.add.reduceat(ordered, self.starts, axis=1) if self.ties else ordered
+
+
+class _SpearmanBlock:
+    """One block of a task's item resamples for Spearman: the counts (resamples x pairs) and the
+    gold's resampled statistics, computed once and shared by every model and seed scored on them
+    (module docstring: the integer route, equal to :meth:`_GenericBlock.correlations`)."""
+
+    def __init__(self, counts: np.ndarray, gold: _Ranker) -> None:
+        self.n = counts.shape[1]
+        dg = gold.centered_rows(counts)
+        weighted = counts * dg  # count * centered gold rank: sums to 0 in every resample
+        self.sgg = np.einsum("ij,ij->i", weighted, dg).astype(np.float64)
+        self.cross = np.einsum("ij,ij->i", weighted, counts)  # sum(w * count) without prediction ties
+        self.sxx = self._squares(counts)
+        # weight * 2^20 + count in one int64 (|weight| <= n^2): one gather per prediction, not two;
+        # sums over tie groups stay unpackable (their counts too are <= n)
+        self.packed = (weighted << _COUNT_BITS) | counts
+
+    def _squares(self, group_counts: np.ndarray) -> np.ndarray:
+        """Sum of squared centered (doubled) ranks per resample: (n^3 - sum(t^3)) / 3 over tie groups."""
+        return (self.n ** 3 - np.einsum("ij,ij,ij->i", group_counts, group_counts, group_counts)) // 3
+
+    def correlations(self, pred: _Ranker) -> np.ndarray:
+        """Spearman of ``pred``'s values with gold in each resample of the block."""
+        packed = pred.in_order(self.packed)
+        counts, weighted = packed & ((1 << _COUNT_BITS) - 1), packed >> _COUNT_BITS
+        if pred.ties:
+            cross, sxx = np.einsum("ij,ij->i", weighted, counts), self._squares(counts)
+        else:
+            cross, sxx = self.cross, self.sxx
+        sxy = 2 * np.einsum("ij,ij->i", weighted, np.cumsum(counts, axis=1)) - cross
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sxy / np.sqrt(sxx * self.sgg)
+
+
+class _GenericBlock:
+    """:class:`_SpearmanBlock` for any correlation (and for Spearman beyond :data:`_EXACT_PAIRS`):
+    the gold's centered values per resample, shared; each prediction centered per resample."""
+
+    def __init__(self, counts: np.ndarray, gold) -> None:
+        self.counts = np.ascontiguousarray(counts.T)  # pairs x resamples
+        dg = gold(self.counts)
+        self.cdg = self.counts * dg
+        self.sgg = np.einsum("ij,ij->j", self.cdg, dg)
+
+    def correlations(self, pred) -> np.ndarray:
+        """The correlation of ``pred`` (:func:`_centered`) with gold in each resample of the block."""
+        dx = pred(self.counts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.einsum("ij,ij->j", self.cdg, dx)
+                    / np.sqrt(np.einsum("ij,ij,ij->j", self.counts, dx, dx) * self.sgg))
 
 
 def spearman_counts(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -142,21 +222,37 @@ def paired_bootstrap(gold: dict[str, np.ndarray], pred_a: list[dict[str, np.ndar
     ``n_boot`` (resamples with a defined correlation), ``confidence`` and ``interval``.
     Deterministic for a given ``seed``.
     """
+    return paired_bootstraps(gold, [pred_a], pred_b, n_boot, seed, confidence, metric, average, paired_seeds)[0]
+
+
+def paired_bootstraps(gold: dict[str, np.ndarray], preds: Sequence[list[dict[str, np.ndarray]]],
+                      pred_b: list[dict[str, np.ndarray]], n_boot: int = 1000, seed: int = 0,
+                      confidence: float = 0.95, metric: str = "spearman", average: bool = True,
+                      paired_seeds: bool | Sequence[bool] = False) -> list[dict]:
+    """:func:`paired_bootstrap` of each model of ``preds`` against the one baseline ``pred_b``
+    (``paired_seeds``: one flag for all, or one per model), equal to calling it per model: the
+    item draws, the gold's resampled statistics and the baseline's item resamples are computed
+    once and shared; each comparison's seed draws start from the generator's state after the
+    item draws, as a lone call's do."""
     if metric not in ("spearman", "pearson", "accuracy"):
         raise ValueError(f"metric must be 'spearman', 'pearson' or 'accuracy', not {metric!r}")
     if not gold or (not average and len(gold) != 1):
         raise ValueError(f"average=False scores a single task, got {len(gold)}: {sorted(gold)}")
     if n_boot < 1 or not 0 < confidence < 1:
         raise ValueError("need n_boot >= 1 and 0 < confidence < 1")
+    paired = list(paired_seeds) if isinstance(paired_seeds, (list, tuple)) else [paired_seeds] * len(preds)
+    if len(paired) != len(preds):
+        raise ValueError(f"paired_seeds has {len(paired)} flags for {len(preds)} models")
     rng = np.random.default_rng(seed)
-    if metric == "accuracy":
-        observed, boot = _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng)
-    else:
-        observed, boot = _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric)
-    if paired_seeds and len(observed[0]) != len(observed[1]):
-        raise ValueError(f"paired seeds need as many seeds for A as for B, got {len(observed[0])} and "
-                         f"{len(observed[1])}")
-    return _interval(observed, boot, confidence, paired_seeds, rng)
+    observed, boot = _resamples(gold, [*preds, pred_b], n_boot, rng, metric)
+    results = []
+    for k, pair in enumerate(paired):
+        if pair and len(observed[k]) != len(observed[-1]):
+            raise ValueError(f"paired seeds need as many seeds for A as for B, got {len(observed[k])} and "
+                             f"{len(observed[-1])}")
+        results.append(_interval([observed[k], observed[-1]], [boot[k], boot[-1]], confidence, pair,
+                                 copy.deepcopy(rng)))
+    return results
 
 
 def score_resamples(gold: dict[str, np.ndarray], pred_a: list[dict], pred_b: list[dict], n_boot: int = 1000,
@@ -164,57 +260,64 @@ def score_resamples(gold: dict[str, np.ndarray], pred_a: list[dict], pred_b: lis
     """Each model's per-seed scores ``(seeds,)`` and their item resamples ``(seeds, n_boot)``,
     the same item draws for both models and every seed (what :func:`paired_bootstrap` builds its
     intervals from; the seed planner's variance components, :mod:`cselab.reporting.power`)."""
-    rng = np.random.default_rng(seed)
+    return _resamples(gold, [pred_a, pred_b], n_boot, np.random.default_rng(seed), metric)
+
+
+def _resamples(gold, models: list[list[dict]], n_boot: int, rng, metric: str):
+    """Per model (a list of seeds, each task -> predictions): each seed's score and its item
+    resamples, ``(seeds,)`` and ``(seeds, n_boot)``, on one set of item draws from ``rng``. The
+    last model is the baseline, named ``pred_b`` in errors; the others ``pred_a``."""
+    names = ["pred_a"] * (len(models) - 1) + ["pred_b"]
     if metric == "accuracy":
-        return _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng)
-    return _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric)
+        return _accuracy_resamples(gold, models, names, n_boot, rng)
+    return _correlation_resamples(gold, models, names, n_boot, rng, metric)
 
 
-def _correlation_resamples(gold, pred_a, pred_b, n_boot, rng, metric):
+def _correlation_resamples(gold, models, names, n_boot, rng, metric):
     """Per model: each seed's score (mean over tasks of the correlation x100) and its item
-    resamples, ``(seeds,)`` and ``(seeds, n_boot)``."""
+    resamples, ``(seeds,)`` and ``(seeds, n_boot)``; each task's draws and gold statistics are
+    computed once per block of resamples (:class:`_SpearmanBlock`, :class:`_GenericBlock`) and
+    every model's seeds scored on them."""
     for t, g in gold.items():
         if np.ndim(g) != 1 or len(g) < 3 or not np.isfinite(g).all() or np.ptp(g) == 0:
             raise ValueError(f"gold[{t!r}] must be a 1-D array of at least 3 finite, not all equal scores")
-    _check(gold, pred_a, "pred_a")
-    _check(gold, pred_b, "pred_b")
+    for preds, name in zip(models, names):
+        _check(gold, preds, name)
     gold = {t: np.asarray(g, dtype=np.float64) for t, g in gold.items()}
-    models = [[{t: np.asarray(p[t], dtype=np.float64) for t in gold} for p in preds] for preds in (pred_a, pred_b)]
+    models = [[{t: np.asarray(p[t], dtype=np.float64) for t in gold} for p in preds] for preds in models]
     corr = spearmanr if metric == "spearman" else pearsonr
     observed = [np.array([100 * np.mean([corr(p[t], g)[0] for t, g in gold.items()]) for p in preds])
                 for preds in models]
     sums = [np.zeros((len(preds), n_boot)) for preds in models]  # per model and seed: sum over tasks
     for t, g in gold.items():
-        gold_centered = _centered(g, metric)
-        pred_centered = [[_centered(p[t], metric) for p in preds] for preds in models]
+        exact = metric == "spearman" and len(g) <= _EXACT_PAIRS
+        prepare = _Ranker if exact else (lambda values: _centered(values, metric))
+        gold_prepared = prepare(g)
+        prepared = [[prepare(p[t]) for p in preds] for preds in models]
         for lo, m, counts in _item_draws(rng, len(g), n_boot):
-            dg = gold_centered(counts)
-            cdg = counts * dg
-            sgg = np.einsum("ij,ij->j", cdg, dg)
-            for k, fns in enumerate(pred_centered):
-                for s, fn in enumerate(fns):
-                    dx = fn(counts)
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        r = np.einsum("ij,ij->j", cdg, dx) / np.sqrt(np.einsum("ij,ij,ij->j", counts, dx, dx) * sgg)
-                    sums[k][s, lo:lo + m] += r
+            block = _SpearmanBlock(counts, gold_prepared) if exact else _GenericBlock(counts, gold_prepared)
+            for k, seeds in enumerate(prepared):
+                for s, pred in enumerate(seeds):
+                    sums[k][s, lo:lo + m] += block.correlations(pred)
     return observed, [100 * x / len(gold) for x in sums]
 
 
 def _item_draws(rng, n: int, n_boot: int):
-    """Blocks of item resamples of one task: ``(first resample, count, (items x resamples) counts)``."""
+    """Blocks of item resamples of one task: ``(first resample, count, (resamples x items) counts)``."""
     block = max(1, _BLOCK_CELLS // n)
     for lo in range(0, n_boot, block):
         m = min(n_boot, lo + block) - lo
         idx = rng.integers(0, n, size=(m, n))  # row r: the items drawn in resample lo + r
         counts = np.bincount((idx + n * np.arange(m)[:, None]).ravel(), minlength=m * n)
-        yield lo, m, np.ascontiguousarray(counts.reshape(m, n).T)
+        yield lo, m, counts.reshape(m, n)
 
 
-def _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng):
+def _accuracy_resamples(gold, models, names, n_boot, rng):
     """:func:`_correlation_resamples` for classification: accuracy x100 per seed, items
-    resampled within each task."""
+    resampled within each task; every seed of every model scored by one product per block
+    (exact: integer counts of correct items)."""
     correct = []
-    for preds, name in ((pred_a, "pred_a"), (pred_b, "pred_b")):
+    for preds, name in zip(models, names):
         if not preds:
             raise ValueError(f"{name}: no seeds (empty list of predictions)")
         for i, p in enumerate(preds):
@@ -224,11 +327,13 @@ def _accuracy_resamples(gold, pred_a, pred_b, n_boot, rng):
                         for p in preds])
     observed = [np.array([100 * np.mean([c[t].mean() for t in gold]) for c in seeds]) for seeds in correct]
     sums = [np.zeros((len(seeds), n_boot)) for seeds in correct]
+    bounds = np.cumsum([0] + [len(seeds) for seeds in correct])
     for t, g in gold.items():
+        stacked = np.stack([c[t] for seeds in correct for c in seeds])  # (all seeds x items)
         for lo, m, counts in _item_draws(rng, len(g), n_boot):
-            for k, seeds in enumerate(correct):
-                for s, c in enumerate(seeds):
-                    sums[k][s, lo:lo + m] += c[t] @ counts / len(g)
+            scores = stacked @ counts.T.astype(np.float64) / len(g)
+            for k, s in enumerate(sums):
+                s[:, lo:lo + m] += scores[bounds[k]:bounds[k + 1]]
     return observed, [100 * x / len(gold) for x in sums]
 
 

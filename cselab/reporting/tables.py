@@ -80,48 +80,71 @@ def add_comparisons(df: pd.DataFrame, rows: list[dict], comparisons: Sequence[Co
     (evaluation items resampled within each task, the same resamples for both models and all
     seeds; with >= 2 seeds each, seeds resampled too, as pairs when both ran the same seeds), and
     ``ci_counts``: what the interval counts (``seeds+items`` or ``items``). Rows need ``pairs``:
-    column -> (gold, pred).
+    column -> (gold, pred). Each baseline's resamples are computed once per comparison and shared
+    by the experiments compared with it (:func:`cselab.reporting.stats.paired_bootstraps`).
     """
     by_name: dict[str, list[dict]] = {}
     for r in rows:
         by_name.setdefault(r["name"], []).append(r)
+    baselines = _baselines(list(df["experiment"]), by_name)
+    out: dict[str, list] = {"baseline": [baselines.get(name) for name in df["experiment"]]}
+    for c in comparisons:
+        results = _compare(c, baselines, by_name, n_boot=n_boot, seed=seed, confidence=confidence)
+        cells = [_cells(results.get(name)) for name in df["experiment"]]
+        out.update({c.prefix + k: [row[k] for row in cells] for k in _CELLS})
+    return df.assign(**out)
+
+
+#: a comparison's columns (after its prefix)
+_CELLS = ("diff", "diff_ci_low", "diff_ci_high", "p_value", "significant", "ci_counts")
+
+
+def _cells(res: dict | None) -> dict:
+    """A comparison's cells (:data:`_CELLS`, rounded as the table keeps them); all None for a row
+    without a comparison."""
+    if res is None:
+        return dict.fromkeys(_CELLS)
+    return {"diff": round(res["diff"], 2), "diff_ci_low": round(res["ci_low"], 2),
+            "diff_ci_high": round(res["ci_high"], 2), "p_value": round(res["p_value"], 4),
+            "significant": bool(res["significant"]), "ci_counts": res["interval"]}
+
+
+def _baselines(names: list[str], by_name: dict[str, list[dict]]) -> dict[str, str]:
+    """Experiment -> its baseline (the first SimCSE experiment with per-item predictions on the
+    same PLM), for the trained non-SimCSE experiments with per-item predictions."""
     simcse = {}
     for name, group in by_name.items():
         if group[0]["objective"] == "simcse" and all(r["pairs"] is not None for r in group):
             simcse.setdefault(group[0]["plm"], name)
-    stats = ("diff", "diff_ci_low", "diff_ci_high", "p_value", "significant", "ci_counts")
-    out: dict[str, list] = {"baseline": []}
-    for c in comparisons:
-        out.update({c.prefix + k: [] for k in stats})
-    for name in df["experiment"]:
+    out = {}
+    for name in names:
         group, base = by_name[name], simcse.get(by_name[name][0]["plm"])
-        skip = (base is None or base == name or group[0]["seed"] is None or group[0]["objective"] == "simcse"
-                or any(r["pairs"] is None for r in group))
-        out["baseline"].append(None if skip else base)
-        for c in comparisons:
-            if skip:
-                for k in stats:
-                    out[c.prefix + k].append(None)
-                continue
-            res = _compare(c, sorted(group, key=lambda r: r["seed"]), sorted(by_name[base], key=lambda r: r["seed"]),
-                           n_boot=n_boot, seed=seed, confidence=confidence)
-            for k, v in (("diff", round(res["diff"], 2)), ("diff_ci_low", round(res["ci_low"], 2)),
-                         ("diff_ci_high", round(res["ci_high"], 2)), ("p_value", round(res["p_value"], 4)),
-                         ("significant", bool(res["significant"])), ("ci_counts", res["interval"])):
-                out[c.prefix + k].append(v)
-    return df.assign(**out)
+        if not (base is None or base == name or group[0]["seed"] is None or group[0]["objective"] == "simcse"
+                or any(r["pairs"] is None for r in group)):
+            out[name] = base
+    return out
 
 
-def _compare(c: Comparison, group: list[dict], base: list[dict], **bootstrap) -> dict:
-    """One comparison of an experiment's seeds with its baseline's (paired when they ran the same seeds)."""
-    from cselab.reporting.stats import paired_bootstrap
+def _compare(c: Comparison, baselines: dict[str, str], by_name: dict[str, list[dict]], **bootstrap) -> dict[str, dict]:
+    """Experiment -> its comparison with its baseline (paired when they ran the same seeds); one
+    :func:`~cselab.reporting.stats.paired_bootstraps` per baseline, so the baseline's resamples
+    are drawn and scored once."""
+    from cselab.reporting.stats import paired_bootstraps
 
     cols = list(c.columns)
-    gold = {col: base[0]["pairs"][col][0] for col in cols}
-    paired = [r["seed"] for r in group] == [r["seed"] for r in base]
-    return paired_bootstrap(gold, [{col: r["pairs"][col][1] for col in cols} for r in group],
-                            [{col: r["pairs"][col][1] for col in cols} for r in base],
-                            metric=c.metric, average=True, paired_seeds=paired, **bootstrap)
+    out = {}
+    for base in dict.fromkeys(baselines.values()):
+        names = [name for name, b in baselines.items() if b == base]
+        groups = [sorted(by_name[name], key=lambda r: r["seed"]) for name in names]
+        base_rows = sorted(by_name[base], key=lambda r: r["seed"])
+        gold = {col: base_rows[0]["pairs"][col][0] for col in cols}
+        paired = [[r["seed"] for r in group] == [r["seed"] for r in base_rows] for group in groups]
+        results = paired_bootstraps(gold, [[{col: r["pairs"][col][1] for col in cols} for r in group]
+                                           for group in groups],
+                                    [{col: r["pairs"][col][1] for col in cols} for r in base_rows],
+                                    metric=c.metric, average=True, paired_seeds=paired, **bootstrap)
+        out.update(zip(names, results))
+    return out
 
 
 def to_markdown(df: pd.DataFrame, columns: Sequence[str], title: str = "", digits: int = 2,
