@@ -23,6 +23,7 @@ include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/figures.smk"
 include: "rules/export.smk"
+include: "rules/cost.smk"
 
 
 rule all:

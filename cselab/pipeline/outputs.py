@@ -19,6 +19,9 @@ STSB_RETRIEVAL_MANIFEST = "resources/stsb_retrieval/manifest.json"
 STSB_RETRIEVAL_DATA = "resources/stsb_retrieval/data"
 SPANS = "resources/spans/spans.jsonl"
 SPANS_STATS = "resources/spans/stats.json"
+# one shard of the segmentation ({shard}: "03-of-16"), temporary: its spans and its record
+SPANS_SHARD = "resources/spans/shards/{shard}.jsonl"
+SPANS_SHARD_RECORD = "resources/spans/shards/{shard}.json"
 SUBSAMPLED = "resources/subsample/{strategy}.txt"
 SUBSAMPLED_STATS = "resources/subsample/{strategy}.json"
 PLM = "resources/plms/{plm}.json"
@@ -63,6 +66,8 @@ SEED_POWER_MD = "results/seed_power.md"
 SEED_POWER_PNG = "results/seed_power.png"
 PROTOCOLS_CSV = "results/table_protocols.csv"  # protocol sensitivity (rule protocol_table)
 PROTOCOLS_MD = "results/table_protocols.md"
+COST_PLAN_CSV = "results/cost_plan.csv"  # GPU-hours, disk, RAM, wall time of cost_plan.targets (rule cost_plan)
+COST_PLAN_MD = "results/cost_plan.md"
 FIGURE_PNG = "results/{figure}.png"
 # Sharing (target `exports`): MTEB result files, MTEB's evaluator beside ours, the model card,
 # ONNX, the export folder (sentence-transformers files + README.md card + onnx/model.onnx), push
