@@ -3,6 +3,7 @@
 import math
 import os
 from pathlib import Path
+import re
 import shlex
 import sys
 import time
@@ -12,6 +13,7 @@ sys.path.insert(0, workflow.basedir)  # scripts find the library via workflow_sc
 
 from snakemake.exceptions import WorkflowError
 
+from cselab.data import beir as cselab_beir
 from cselab.data.senteval import KNOWN_TASKS
 from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
@@ -164,6 +166,22 @@ def prepared_beir():
     """The configured BEIR datasets already prepared: dataset -> data folder."""
     folders = {d: OUT.path(OUT.BEIR_DATA, dataset=d) for d in CFG["evaluation"]["beir"]["datasets"]}
     return {d: folder for d, folder in folders.items() if Path(folder).is_dir()}
+
+
+# BEIR evaluation jobs: one per checkpoint and corpus. Datasets that share a corpus
+# (evaluation.beir.shared_corpora: FEVER and Climate-FEVER) are one job (evaluate_beir_shared_*).
+BEIR_GROUPS = cselab_beir.shared_corpus_groups(CFG["evaluation"]["beir"])
+BEIR_SHARED = {name: members for name, members in BEIR_GROUPS.items() if len(members) > 1}
+BEIR_SHARED_RULE = {name: "evaluate_beir_shared_%s" % re.sub(r"\W", "_", name) for name in BEIR_SHARED}
+# what can change a result (the job's params); precision, query_block, corpus_cache and resources
+# only change how it runs, so the job reads them from the config and a change reruns nothing
+BEIR_SCORED = {k: v for k, v in CFG["evaluation"]["beir"].items() if k in cselab_beir.RETRIEVAL_SCORED}
+BEIR_ALONE = "|".join(  # the datasets evaluate_beir leaves to a shared job
+    re.escape(m) for members in BEIR_SHARED.values() for m in members) or "(?!)"
+
+
+def beir_resources(members):
+    return cselab_beir.retrieval_resources(members, CFG["evaluation"]["beir"])
 
 
 def figure_entries(figure):

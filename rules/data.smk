@@ -94,6 +94,7 @@ rule prepare_beir:
         OUT.job_benchmark("prepare_beir", "{dataset}")
     resources:
         mem_mb=8000,
+        disk_mb=lambda wc: cselab_beir.prepare_disk_mb(wc.dataset, CFG["evaluation"]["beir"]),
         runtime=120,
     conda:
         "../envs/data.yaml"

@@ -91,16 +91,19 @@ use rule evaluate_transfer as evaluate_transfer_dev with:
         OUT.job_benchmark("evaluate_transfer_dev", "{exp}")
 
 
-# BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@k): one job, evaluate_retrieval
+# BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@k): one job, evaluate_retrieval.
+# One job per checkpoint and corpus: datasets that share a corpus (evaluation.beir.shared_corpora:
+# FEVER and Climate-FEVER) are one job below that encodes it once. Memory and disk follow from
+# the dataset's published size (cselab.data.beir.retrieval_resources).
 use rule evaluate_sts as evaluate_beir with:
     input:
         model=model_input,
         dataset=OUT.BEIR_MANIFEST,
     output:
-        OUT.RESULT["beir"],
+        OUT.RESULT["beir"].replace("{dataset}", "{dataset,(?!(?:%s)\\.json$)[^/]+}" % BEIR_ALONE),
     params:
         settings=ENCODER,
-        retrieval=CFG["evaluation"]["beir"],
+        retrieval=BEIR_SCORED,
         experiment="{exp}",
         metric="ndcg@10",
     log:
@@ -108,8 +111,39 @@ use rule evaluate_sts as evaluate_beir with:
     benchmark:
         OUT.job_benchmark("evaluate_beir", "{exp}/{dataset}")
     resources:
-        mem_mb=32000,
+        mem_mb=lambda wc: beir_resources([wc.dataset])["mem_mb"],
+        disk_mb=lambda wc: beir_resources([wc.dataset])["disk_mb"],
         runtime=12 * 60,
+
+
+for _group, _members in BEIR_SHARED.items():
+
+    rule:
+        name:
+            BEIR_SHARED_RULE[_group]
+        input:
+            model=model_input,
+            dataset=[OUT.path(OUT.BEIR_MANIFEST, dataset=m) for m in _members],
+        output:
+            [OUT.RESULT["beir"].replace("{dataset}", m) for m in _members],
+        params:
+            settings=ENCODER,
+            retrieval=BEIR_SCORED,
+            experiment="{exp}",
+            metric="ndcg@10",
+        log:
+            OUT.job_log("evaluate_beir", f"{{exp}}/{_group}"),
+        benchmark:
+            OUT.job_benchmark("evaluate_beir", f"{{exp}}/{_group}")
+        threads: 8
+        resources:
+            mem_mb=beir_resources(_members)["mem_mb"],
+            disk_mb=beir_resources(_members)["disk_mb"],
+            runtime=24 * 60,
+        conda:
+            "../envs/evaluate.yaml"
+        script:
+            "../workflow_scripts/evaluate.py"
 
 
 use rule evaluate_beir as evaluate_stsb_retrieval with:
@@ -120,7 +154,7 @@ use rule evaluate_beir as evaluate_stsb_retrieval with:
         OUT.RESULT["stsb_retrieval"],
     params:
         settings=ENCODER,
-        retrieval=CFG["evaluation"]["beir"],
+        retrieval=BEIR_SCORED,
         experiment="{exp}",
         metric="recall",
     log:
@@ -129,6 +163,7 @@ use rule evaluate_beir as evaluate_stsb_retrieval with:
         OUT.job_benchmark("evaluate_stsb_retrieval", "{exp}")
     resources:
         mem_mb=8000,
+        disk_mb=200,
         runtime=60,
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -46,6 +47,67 @@ BEIR_SIZES = {
     )
 }
 
+
+
+#: The ``evaluation.beir`` settings that can change a result (a BEIR job's params); the others
+#: (precision, query_block, corpus_cache, shared_corpora, resources) change how it runs.
+RETRIEVAL_SCORED = ("datasets", "k", "chunk_size", "score", "max_len")
+
+#: A dataset not in :data:`BEIR_SIZES` (a local one) is sized as this many documents and queries.
+UNKNOWN_SIZE = {"queries": 10_000, "docs": 1_000_000, "words_per_doc": 100.0, "corpus_mb": 660.0}
+
+
+def shared_corpus_groups(beir: dict) -> dict[str, list[str]]:
+    """The evaluation jobs of the configured BEIR datasets (``evaluation.beir``): a name ->
+    the datasets one job evaluates. Datasets in ``shared_corpora`` (FEVER and Climate-FEVER)
+    share a job that encodes their corpus once; every other dataset is its own group. Raises
+    ValueError naming the key when a group lists an unconfigured or already grouped dataset."""
+    datasets = list(beir["datasets"])
+    groups: dict[str, list[str]] = {}
+    seen: dict[str, str] = {}
+    for name, members in (beir.get("shared_corpora") or {}).items():
+        members = [m for m in members if m in datasets]
+        for m in members:
+            if m in seen:
+                raise ValueError(f"config key 'evaluation.beir.shared_corpora.{name}': dataset {m!r} is already "
+                                 f"in group {seen[m]!r}; a dataset shares one corpus")
+            seen[m] = name
+        if len(members) > 1:
+            groups[name] = members
+    for d in datasets:
+        if not any(d in g for g in groups.values()):
+            groups[d] = [d]
+    return groups
+
+
+def retrieval_resources(members: list[str], beir: dict, dim: int = 1024) -> dict[str, int]:
+    """``mem_mb`` and ``disk_mb`` of the job evaluating ``members`` (one corpus) on a model of
+    embedding size ``dim`` (1024 covers BERT-large), from the published sizes
+    (:data:`BEIR_SIZES`) unless ``evaluation.beir.resources.<dataset>`` overrides them.
+
+    Memory: the model and runtime (6 GB), one chunk of corpus texts (1.2 KB each) and
+    embeddings (fp32, twice), the queries with their running top-k, and per document its id
+    (about 24 bytes) plus, for a shared corpus, two 8-byte digests. Disk: the query embeddings
+    plus, with ``corpus_cache``, each document's fp16 embedding."""
+    sizes = [BEIR_SIZES.get(m, UNKNOWN_SIZE) for m in members]
+    docs = max(s["docs"] for s in sizes) * (1 + 0.01 * (len(members) - 1))
+    queries = sum(s["queries"] for s in sizes)
+    chunk = min(beir["chunk_size"], docs)
+    per_doc = 24 + (16 * len(members) if len(members) > 1 else 0)
+    mem = 6000 + (chunk * (1200 + 8 * dim) + queries * (4 * dim + 12 * beir["k"]) + docs * per_doc) / 1e6
+    disk = 100 + (queries * 4 * dim + (docs * 2 * dim if beir.get("corpus_cache") else 0)) / 1e6
+    got = {"mem_mb": int(math.ceil(mem / 1000) * 1000), "disk_mb": int(math.ceil(disk / 100) * 100)}
+    for m in members:
+        got.update((beir.get("resources") or {}).get(m, {}))
+    return got
+
+
+def prepare_disk_mb(name: str, beir: dict) -> int:
+    """``disk_mb`` of preparing one dataset: its zip (about 40% of the corpus) and the unpacked
+    files (1.1x the corpus, queries and qrels included), unless overridden in
+    ``evaluation.beir.resources.<dataset>.disk_mb``."""
+    override = (beir.get("resources") or {}).get(name, {}).get("prepare_disk_mb")
+    return int(override) if override else int(math.ceil(BEIR_SIZES.get(name, UNKNOWN_SIZE)["corpus_mb"] * 1.5 + 100))
 
 
 def _is_dataset_dir(d: Path) -> bool:
@@ -185,6 +247,7 @@ def prepare_beir(
     split: str = "test",
     sha256: str | None = None,
     max_dangling_qrels: int | None = None,
+    disk_mb: int | None = None,
 ) -> dict:
     """Locate or download one BEIR dataset, verify it, and write a JSON ``manifest``.
 
@@ -199,7 +262,8 @@ def prepare_beir(
     ``_id`` and a string ``text`` (``title`` optional); the qrels start with the header
     ``query-id corpus-id score`` and have integer scores; every qrel's query and document exist.
     At most ``max_dangling_qrels`` qrels may point at a missing id (default: 0, or the known
-    upstream count in :data:`KNOWN_DANGLING_QRELS`); they are listed in the manifest.
+    upstream count in :data:`KNOWN_DANGLING_QRELS`); they are listed in the manifest. A zip
+    that unpacks to more than ``disk_mb`` (the job's declared disk) is refused before unpacking.
 
     Returns (and writes atomically) the manifest::
 
@@ -209,7 +273,8 @@ def prepare_beir(
          "subsets": {forum: counts} (cqadupstack only, else {}),
          "dangling_qrels": [..]}
     """
-    root, source, archive, fix = _locate_beir(name, url, path, Path(out_dir), Path(download_dir), split, sha256)
+    root, source, archive, fix = _locate_beir(name, url, path, Path(out_dir), Path(download_dir), split, sha256,
+                                              disk_mb)
     verified = _verify_subsets(name, root, split, fix, max_dangling_qrels)
     result = {"name": name, "source": source, "archive": archive, "root": str(root), "split": split, **verified}
     write_json(Path(manifest), result)
@@ -217,7 +282,7 @@ def prepare_beir(
 
 
 def _locate_beir(name: str, url: str | None, path, out_dir: Path, download_dir: Path, split: str,
-                 sha256: str | None) -> tuple[Path, str, dict | None, str]:
+                 sha256: str | None, disk_mb: int | None = None) -> tuple[Path, str, dict | None, str]:
     """(dataset root, source, archive, the fix a verification error suggests): the local folder
     in place, or the zip downloaded and safely extracted (once per archive)."""
     manual = (f"or download {url} manually, unzip it and set the local path to the folder holding "
@@ -236,6 +301,7 @@ def _locate_beir(name: str, url: str | None, path, out_dir: Path, download_dir: 
     if out_dir.resolve() in zip_path.resolve().parents:
         raise DataError(f"download_dir {download_dir} is inside out_dir {out_dir}, whose content is "
                         "replaced on re-extraction; choose separate directories.")
+    _check_unpacked_size(name, zip_path, disk_mb)
     extract_once(zip_path, got.archive["sha256"], out_dir, safe_extract)
     fix = f"delete {zip_path} and {out_dir} and re-run, {manual}"
     root = _find_root(out_dir, name)
@@ -243,6 +309,24 @@ def _locate_beir(name: str, url: str | None, path, out_dir: Path, download_dir: 
         raise DataError(f"{zip_path} holds no BEIR dataset (expected {name}/corpus.jsonl, queries.jsonl, "
                         f"qrels/{split}.tsv); {fix}.")
     return root.resolve(), got.source, got.archive, fix
+
+
+def _check_unpacked_size(name: str, zip_path: Path, disk_mb: int | None) -> None:
+    """Refuse a zip that unpacks to more than the job's declared ``disk_mb``, before unpacking."""
+    import zipfile
+
+    if not disk_mb:
+        return
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            unpacked = sum(i.file_size for i in zf.infolist()) / 1e6
+    except zipfile.BadZipFile:
+        return  # extract_once names the corrupt archive
+    if unpacked > disk_mb:
+        raise DataError(f"BEIR dataset {name!r}: {zip_path} unpacks to {unpacked:,.0f} MB, more than the "
+                        f"{disk_mb:,} MB of disk its prepare job declares; set "
+                        f"evaluation.beir.resources.{name}.prepare_disk_mb to at least {unpacked * 1.1:,.0f} "
+                        "(and free that much space), or point data.beir.path at an unpacked copy.")
 
 
 def _verify_subsets(name: str, root: Path, split: str, fix: str, max_dangling_qrels: int | None) -> dict:

@@ -46,20 +46,26 @@ class EmbeddingCache:
         self.dir = Path(cache_dir) / key
         self.hits = self.misses = 0
 
-    def get(self, dataset: str, sentences: list[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    def get(self, dataset: str, sentences: list[str], encode: Callable[[list[str]], np.ndarray],
+            dtype: str = "float32") -> np.ndarray:
+        """The embeddings of ``sentences`` under ``dataset``, stored as ``dtype`` (float16 halves
+        a large corpus's cache); the JSON beside the array is written last, so an array without
+        it (a job killed while writing) is never read as complete."""
         npy, meta = self.dir / f"{dataset}.npy", self.dir / f"{dataset}.json"
         digest = lines_sha256(sentences)
         if npy.is_file() and meta.is_file():
             info = json.loads(meta.read_text())
-            if info.get("sentences_sha256") == digest and info.get("n") == len(sentences):
+            if info.get("sentences_sha256") == digest and info.get("n") == len(sentences) \
+                    and info.get("dtype", "float32") == dtype:
                 self.hits += 1
                 log.info("embedding cache hit: %s (%d sentences)", dataset, len(sentences))
                 return np.load(npy)
         self.misses += 1
-        emb = np.asarray(encode(sentences), dtype=np.float32)
+        meta.unlink(missing_ok=True)
+        emb = np.asarray(encode(sentences), dtype=dtype)
         with open_atomic(npy, "wb") as fh:
             np.save(fh, emb)
-        write_json(meta, {"n": len(sentences), "sentences_sha256": digest, "dim": emb.shape[1]})
+        write_json(meta, {"n": len(sentences), "sentences_sha256": digest, "dim": emb.shape[1], "dtype": dtype})
         return emb
 
 
@@ -115,11 +121,17 @@ class ModelEncoder:
         self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if use_cache else None
         self.encoded, self.encode_seconds = 0, 0.0
 
-    def encode_fn(self, dataset: str, max_len: int | None = None, sequence: bool = False) -> Encode:
-        """An ``encode`` for evaluators, through the cache under ``dataset``.
+    def dim(self) -> int:
+        """The embedding size."""
+        return int(self.encoder.backbone.config.hidden_size)
 
-        ``sequence=True`` is for evaluators that call ``encode`` several times (retrieval: the
-        queries, then corpus chunks): the n-th call is cached as ``<dataset>.<n>``.
+    def encode_fn(self, dataset: str | None, max_len: int | None = None, sequence: bool = False,
+                  dtype: str = "float32") -> Encode:
+        """An ``encode`` for evaluators, through the cache under ``dataset`` (None: no cache,
+        for a corpus streamed once), stored as ``dtype``.
+
+        ``sequence=True`` is for evaluators that call ``encode`` several times (retrieval's
+        corpus chunks): the n-th call is cached as ``<dataset>.<n>``.
         """
         import time
 
@@ -134,13 +146,13 @@ class ModelEncoder:
             self.encode_seconds += time.perf_counter() - tic
             return out
 
-        if self.cache is None:
+        if self.cache is None or dataset is None:
             return encode
         name = dataset + ("" if max_len in (None, self.settings["max_len"]) else f"-len{max_len}")
         if not sequence:
-            return lambda sentences: self.cache.get(name, list(sentences), encode)
+            return lambda sentences: self.cache.get(name, list(sentences), encode, dtype)
         calls = iter(range(1 << 30))
-        return lambda sentences: self.cache.get(f"{name}.{next(calls)}", list(sentences), encode)
+        return lambda sentences: self.cache.get(f"{name}.{next(calls)}", list(sentences), encode, dtype)
 
     def stats(self) -> dict:
         return {"model_dir": str(self.dir), "encoded_sentences": self.encoded,

@@ -498,7 +498,7 @@ def _scored(per: Mapping[str, tuple[BeirData, dict]], k_values, search_opts: Map
             "n_queries": sum(len(d.qrels) for d, _ in per.values()),
             "n_docs": sum(g["n_docs"] for _, g in per.values()),
             "subsets": metrics_per,
-            "search": {"precision": search_opts.get("precision", "fp32"), "shared_corpus": group,
+            "search": {"precision": search_opts.get("precision") or "fp32", "shared_corpus": group,
                        "encoded_docs": sum(g["encoded_docs"] for _, g in per.values()),
                        "uncertified_queries": sum(g["uncertified"] for _, g in per.values())}}
 

@@ -28,23 +28,25 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
         if "pairs" in result:
             save_pairs(smk.output.pairs, result.pop("pairs"))
         wall = time.perf_counter() - tic
-        result.update(experiment=exp_id, settings=smk.params.settings, wall_seconds=wall, **model.stats(),
-                      mlflow_run_id=r.run_id)
-        result["job_seconds"] = time_breakdown({"evaluate": wall}, "where the job's time went")
-        prefix = smk.rule.removeprefix("evaluate_")
+        common = dict(experiment=exp_id, settings=smk.params.settings, wall_seconds=wall, **model.stats(),
+                      mlflow_run_id=r.run_id, job_seconds=time_breakdown({"evaluate": wall}, "where the job's time went"))
+        result.update(common)
+        prefix = smk.rule.split("_shared_")[0].removeprefix("evaluate_")
         r.log_metrics({**{f"{prefix}.{k}": v for k, v in result["scores"].items()},
                        **({"avg": result["avg"]} if result.get("avg") is not None else {}),
                        **{k: result[k] for k in ("wall_seconds", "encode_seconds", "encode_sentences_per_s",
                                                  "cache_hits", "cache_misses") if result.get(k) is not None},
                        **{f"job.{k}_s": v for k, v in result["job_seconds"].items()}})
-        write_json(smk.output[0], result)
-        r.log_artifact(smk.output[0])
+        per_output = [{**one, **common} for one in result["datasets"].values()] if "datasets" in result else [result]
+        for path, one in zip(smk.output, per_output):
+            write_json(path, one)
+            r.log_artifact(path)
 
 
 def evaluate(smk) -> None:
     """Every evaluation rule's job: what it computes is the rule's (:data:`EVALUATIONS`); one
     MLflow run, one result JSON, per-item predictions where there are."""
-    compute, params = EVALUATIONS[smk.rule](smk)
+    compute, params = EVALUATIONS[smk.rule if smk.rule in EVALUATIONS else smk.rule.split("_shared_")[0]](smk)
     _evaluate(smk, compute, params)
 
 
@@ -105,19 +107,69 @@ def _transfer_dev(smk):
 
 
 def _retrieval(smk):
-    """BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@1/5/10), one code path."""
+    """BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@1/5/10), one code path:
+    the datasets of one corpus (``params.datasets``; FEVER and Climate-FEVER share one) in one
+    pass that encodes each document once, one result file per dataset."""
     from cselab.evaluation import retrieval
 
-    opts, manifest = smk.params.retrieval, json.loads(Path(smk.input.dataset).read_text())
-    name = smk.wildcards.get("dataset", "stsb_retrieval")
+    opts = {**smk.params.retrieval, **_retrieval_operational(smk.config)}
+    manifests = [json.loads(Path(f).read_text()) for f in _as_list(smk.input.dataset)]
+    names = ([smk.wildcards.dataset] if "dataset" in smk.wildcards.keys() else
+             [Path(o).stem for o in smk.output] if "_shared_" in smk.rule else ["stsb_retrieval"])
+    roots = {name: Path(m["root"]) for name, m in zip(names, manifests)}
+    group = "+".join(names)
 
     def compute(m: ModelEncoder) -> dict:
-        res = retrieval.evaluate_retrieval(m.encode_fn(f"beir-{name}", max_len=opts["max_len"], sequence=True),
-                                           Path(manifest["root"]), k=opts["k"], chunk_size=opts["chunk_size"],
-                                           score=opts["score"], k_values=(1, 5, 10, 100))
-        return {"dataset": name, **res, "scores": retrieval.table_scores(name, res["metrics"], smk.params.metric)}
+        import torch
 
-    return compute, {"retrieval": opts, "dataset": name}
+        cuda = torch.cuda.is_available()
+        precision = opts["precision"]
+        _check_cache_disk(smk, manifests, names, m.dim(), opts)
+        res = retrieval.evaluate_shared(
+            roots, lambda name, texts: m.encode_fn(f"beir-{name}-queries", max_len=opts["max_len"])(texts),
+            m.encode_fn(f"beir-{group}-corpus", max_len=opts["max_len"], sequence=True, dtype="float16")
+            if opts.get("corpus_cache") else m.encode_fn(None, max_len=opts["max_len"]),
+            k=opts["k"], chunk_size=opts["chunk_size"], score=opts["score"], k_values=(1, 5, 10, 100),
+            precision=("fp16" if cuda else "fp32") if precision == "auto" else precision,
+            device="cuda" if cuda else None, query_block=opts["query_block"])
+        per = {name: {"dataset": name, **r, "scores": retrieval.table_scores(name, r["metrics"], smk.params.metric)}
+               for name, r in res.items()}
+        if len(per) == 1:
+            return next(iter(per.values()))
+        return {"datasets": per, "scores": {f"{n}.{k}": v for n, r in per.items() for k, v in r["scores"].items()}}
+
+    return compute, {"retrieval": opts, "dataset": group}
+
+
+def _retrieval_operational(config: dict) -> dict:
+    """The ``evaluation.beir`` settings that change how retrieval runs, not its result (read
+    from the config, not the job's params, so that changing them reruns nothing)."""
+    from cselab.data.beir import RETRIEVAL_SCORED
+
+    beir = (config.get("evaluation") or {}).get("beir") or {}
+    return {k: v for k, v in beir.items() if k not in RETRIEVAL_SCORED}
+
+
+def _as_list(x) -> list:
+    return [x] if isinstance(x, str) else list(x)
+
+
+def _check_cache_disk(smk, manifests: list[dict], names: list[str], dim: int, opts: dict) -> None:
+    """One message, before encoding, when the corpus embedding cache would outgrow the disk the
+    job declares (``resources.disk_mb``)."""
+    from cselab.errors import DataError
+
+    declared = smk.resources.get("disk_mb") if hasattr(smk.resources, "get") else None
+    if not opts.get("corpus_cache") or not declared:
+        return
+    docs = max(m["counts"]["docs"] for m in manifests)
+    need = docs * dim * 2 / 1e6
+    if need > declared:
+        corpus = Path(manifests[0]["root"]) / "corpus.jsonl"
+        raise DataError(f"BEIR dataset {names[0]!r}: the fp16 embedding cache of {corpus} ({docs:,} documents x "
+                        f"{dim}) needs {need:,.0f} MB, more than the {declared:,} MB of disk the job declares; set "
+                        f"evaluation.beir.corpus_cache: false (stream the corpus, no cache) or "
+                        f"evaluation.beir.resources.{names[0]}.disk_mb to at least {need * 1.1:,.0f}.")
 
 
 def _geometry(smk):
