@@ -17,12 +17,18 @@ before the model's weight init runs, so it gets BERT's init (``init_std`` = the 
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from torch import nn
+
+#: the heads by name (the methods' option choices, read without torch when the workflow plans)
 HEADS = ("mlp", "batchnorm", "linear", "tanh_linear", "none")
 
 
 def make_head(kind: str, hidden: int, init_std: float = 0.02, bias_std: float = 0.0) -> nn.Module:
+    from torch import nn
+
     if kind == "mlp":
         head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
     elif kind == "batchnorm":
@@ -42,6 +48,8 @@ def make_head(kind: str, hidden: int, init_std: float = 0.02, bias_std: float = 
 
 def init_linear(module: nn.Module, std: float, bias_std: float = 0.0) -> None:
     """BERT's init for every Linear in ``module``: weights ``N(0, std)``, biases 0 (or ``N(0, bias_std)``)."""
+    from torch import nn
+
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, mean=0.0, std=std)

@@ -102,6 +102,7 @@ def validate(config: dict) -> dict:
                                   f"{table['kind']} table needs training runs (e.g. their training head)")
     _check_table_reports(cfg)
     _check_export(cfg)
+    _check_shared_corpora(cfg["evaluation"]["beir"])
     for fname, fig in cfg.get("figures", {}).items():
         fig["experiments"] = {k: v for k, v in fig.get("experiments", {}).items() if v is not None}
         if fig.get("table"):  # every experiment of a table, labelled by its name
@@ -118,6 +119,22 @@ def validate(config: dict) -> dict:
         _check_training({**cfg["training"], **stage.get("training", {})}, f"pretraining.{name}.training")
     _resolve_data_dir(cfg)
     return cfg
+
+
+def _check_shared_corpora(beir: dict) -> None:
+    """Each group of ``evaluation.beir.shared_corpora`` names configured or known BEIR datasets,
+    each in one group."""
+    from cselab.data.beir import BEIR_SIZES, shared_corpus_groups
+
+    for name, members in (beir.get("shared_corpora") or {}).items():
+        unknown = [m for m in members if m not in beir["datasets"] and m not in BEIR_SIZES]
+        if unknown:  # a known BEIR dataset not configured is left out of the group
+            raise ConfigError(f"config key 'evaluation.beir.shared_corpora.{name}': unknown dataset {unknown[0]!r}; "
+                              f"valid: evaluation.beir.datasets or a BEIR dataset ({', '.join(sorted(BEIR_SIZES))})")
+    try:
+        shared_corpus_groups(beir)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_table_reports(cfg: dict) -> None:
@@ -203,10 +220,10 @@ def _check_kind_options(fname: str, fig: dict, kind) -> None:
 def _check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
     """The primary and auxiliary methods of ``spec`` exist, take these roles, and accept their
     options; every artifact they require names a pretraining stage."""
-    from cselab.training.methods import method_class
+    from cselab.training.method_config import method_config
 
     key = f"{where}.{primary_key}" if primary_key else f"{where}.method"
-    primary = method_class(spec["objective"], where=key)
+    primary = method_config(spec["objective"], where=key)
     stage = where.startswith("pretraining.")
     if not stage and "primary" not in primary.roles:
         raise ConfigError(f"config key '{key}': method {spec['objective']!r} is an auxiliary objective only; "
@@ -216,7 +233,7 @@ def _check_components(cfg: dict, spec: dict, where: str, primary_key: str | None
     for name, aux in spec.get("auxiliaries", {}).items():
         if aux is None:
             continue
-        cls = method_class(name, where=f"{where}.auxiliaries.{name}")
+        cls = method_config(name, where=f"{where}.auxiliaries.{name}")
         if "auxiliary" not in cls.roles:
             raise ConfigError(f"config key '{where}.auxiliaries.{name}': method {name!r} cannot be an auxiliary "
                               f"objective (it is a primary method)")
@@ -294,9 +311,9 @@ def _resolve_data_dir(cfg: dict) -> None:
 
 def _canonical(method: str, options: dict) -> dict:
     """A method's options under their current names (a former name is an alias: the same experiment)."""
-    from cselab.training.methods import registry
+    from cselab.training.method_config import find_config
 
-    cls = registry().get(method)
+    cls = None if method == UNTRAINED else find_config(method)
     return cls.canonical_options(options) if cls else dict(options)
 
 
@@ -369,11 +386,11 @@ SCORING = ("eval_steps", "eval_at_end")
 
 def _job_training(training: dict, components: list[dict], scored: bool) -> dict:
     """The settings of ``training`` the job's methods (and, ``scored``, its dev scoring) can use."""
-    from cselab.training.methods import method_class
+    from cselab.training.method_config import method_config
 
     used = {"pooler", "unpadded"} if scored else set()
     for entry in components:
-        cls = method_class(entry["method"])
+        cls = method_config(entry["method"])
         used.update(cls.used_training_keys(cls.check_options(entry["options"])))
     drop = set(OPERATIONAL) | (set(USED_BY_METHODS) - used) | (set() if scored else set(SCORING))
     return {k: v for k, v in training.items() if k not in drop}
@@ -381,7 +398,7 @@ def _job_training(training: dict, components: list[dict], scored: bool) -> dict:
 
 def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
     """Everything that determines an experiment's training run (and nothing about evaluation)."""
-    from cselab.training.methods import spec_components
+    from cselab.training.method_config import spec_components
 
     name, seed = parse_id(cfg, exp_id)
     spec = _merge_experiment(cfg, name)
@@ -420,7 +437,7 @@ def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None
 
 def artifacts(spec: dict) -> dict[str, str]:
     """The upstream artifacts a spec's methods declared: role -> the pretraining stage's output."""
-    from cselab.training.methods import required_artifacts
+    from cselab.training.method_config import required_artifacts
 
     if spec["objective"] == UNTRAINED:
         return {}
@@ -454,14 +471,14 @@ def full_options(spec: dict) -> dict:
     ``<auxiliary>.weight``."""
     import dataclasses
 
-    from cselab.training.methods import method_class
+    from cselab.training.method_config import method_config
 
     if spec["objective"] == UNTRAINED:
         return {}
-    out = {**dataclasses.asdict(method_class(spec["objective"]).check_options(spec["options"])),
+    out = {**dataclasses.asdict(method_config(spec["objective"]).check_options(spec["options"])),
            "weight": spec["weight"]}
     for name, aux in spec.get("auxiliaries", {}).items():
-        options = dataclasses.asdict(method_class(name).check_options(aux.get("options", {})))
+        options = dataclasses.asdict(method_config(name).check_options(aux.get("options", {})))
         out.update({f"{name}.{k}": v for k, v in options.items()}, **{f"{name}.weight": aux["weight"]})
     return out
 

@@ -26,9 +26,6 @@ from itertools import combinations
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import norm
-
-from cselab.reporting.stats import score_resamples
 
 #: metric -> (the per-item predictions' result, the bootstrap metric, the tasks it averages)
 METRICS = {"STS avg": ("sts_pairs", "spearman"), "STS-B dev": ("stsb_dev_pairs", "spearman"),
@@ -38,6 +35,8 @@ METRICS = {"STS avg": ("sts_pairs", "spearman"), "STS-B dev": ("stsb_dev_pairs",
 def components(runs: list[dict], baseline: list[dict], metric: str, n_boot: int = 1000, seed: int = 0) -> dict:
     """Variance components of a method (``runs``: one ``{column: (gold, pred)}`` per seed) against
     ``baseline`` (the same; pass ``runs`` itself for the baseline's own row)."""
+    from cselab.reporting.stats import score_resamples  # scipy: not when the workflow reads METRICS to plan
+
     gold = {c: g for c, (g, _) in runs[0].items()}
     preds = [{c: p for c, (_, p) in run.items()} for run in runs]
     base = [{c: p for c, (_, p) in run.items()} for run in baseline]
@@ -53,9 +52,16 @@ def components(runs: list[dict], baseline: list[dict], metric: str, n_boot: int 
             "item_var": float(np.mean(np.var(boot, axis=1, ddof=1))), "item_var_diff": float(np.mean(diffs))}
 
 
+def _z(alpha: float, power: float) -> float:
+    """``z(1 - alpha/2) + z(power)``, the standard normal's quantiles."""
+    from scipy.stats import norm
+
+    return norm.ppf(1 - alpha / 2) + norm.ppf(power)
+
+
 def detectable(c: dict, seeds: int, alpha: float = 0.05, power: float = 0.8) -> float:
     """Minimum detectable difference with ``seeds`` seeds per method (module docstring)."""
-    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    z = _z(alpha, power)
     return float(z * np.sqrt((c["seed_var"] + c["seed_var_baseline"]) / seeds + c["item_var_diff"]))
 
 
@@ -63,7 +69,7 @@ def seeds_needed(c: dict, difference: float, alpha: float = 0.05, power: float =
                  limit: int = 1000) -> int | None:
     """The fewest seeds per method that detect ``difference``; None if not within ``limit``
     (the item component alone is too large)."""
-    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    z = _z(alpha, power)
     room = (difference / z) ** 2 - c["item_var_diff"]
     seed_var = c["seed_var"] + c["seed_var_baseline"]
     if room <= 0:

@@ -5,22 +5,32 @@ kind is one module, or a function in one, plus its config entry).
 
 Figures are built with matplotlib's object API (``matplotlib.figure.Figure``, rendered by the
 Agg canvas on save): headless, no pyplot global state, nothing to close. Every function returns
-the CSV's dataframe. Shared here: :func:`save_figure`, :func:`curve_rows`,
-:func:`figure_loss_terms` (a pretraining stage's curve).
+the CSV's dataframe. Shared here: :func:`new_figure`, :func:`save_figure`, :func:`curve_rows`,
+:func:`figure_loss_terms` (a pretraining stage's curve). matplotlib is imported when a figure is
+drawn, not with these modules: the workflow reads the kinds' declarations when it plans.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from cselab.errors import DataError
 from cselab.io import open_atomic
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 _DPI = 150
+
+
+def new_figure(**kwargs) -> Figure:
+    """``matplotlib.figure.Figure(**kwargs)``, matplotlib imported on the first figure drawn."""
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
 
 
 def save_figure(fig: Figure, df: pd.DataFrame, out_png: str | Path, out_csv: str | Path) -> pd.DataFrame:
@@ -69,7 +79,7 @@ def figure_loss_terms(curve: pd.DataFrame, out_png: str | Path, title: str | Non
     curve, drawn beside the training curves."""
     columns = [c for c in curve.columns if c == "loss" or c.startswith("loss.")]
     rows = curve.dropna(subset=columns[:1]) if columns else curve
-    fig = Figure(figsize=(5.5, 3.6))
+    fig = new_figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot(1, 1, 1)
     for col in columns:
         ax.plot(rows["step"], rows[col], label=col)

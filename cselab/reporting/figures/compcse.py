@@ -10,10 +10,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import Normalize
-from matplotlib.figure import Figure
 
-from cselab.reporting.figures import curve_rows, save_figure
+from cselab.reporting.figures import curve_rows, new_figure, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 #: The example sentences of CompCSE §3/§6 (Figure 4): each anchor followed by the texts it is
@@ -37,7 +35,7 @@ def figure_alignment_uniformity(curves: Mapping[str, pd.DataFrame], out_png: str
     CSV: ``label, step, alignment, uniformity``.
     """
     df = curve_rows(curves, ["alignment", "uniformity"], max_step, "alignment/uniformity")
-    fig = Figure(figsize=(5.5, 4.5))
+    fig = new_figure(figsize=(5.5, 4.5))
     ax = fig.add_subplot()
     for i, (label, rows) in enumerate(df.groupby("label", sort=False)):
         color = f"C{i}"
@@ -60,7 +58,7 @@ def figure_dev_curve(curves: Mapping[str, pd.DataFrame], out_png: str | Path, ou
     """Figure 3: STS-B dev Spearman (column ``stsb_dev_spearman``) against training step, one line
     per label, up to ``max_step``. CSV: ``label, step, stsb_dev_spearman``."""
     df = curve_rows(curves, ["stsb_dev_spearman"], max_step, "STS-B dev curve")
-    fig = Figure(figsize=(6, 4))
+    fig = new_figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for label, rows in df.groupby("label", sort=False):
         ax.plot(rows["step"], rows["stsb_dev_spearman"], "-o", ms=3, lw=1.2, label=label)
@@ -85,6 +83,8 @@ def figure_similarity_heatmap(encoders: Mapping[str, Callable[[list[str]], np.nd
     """Figure 4: per model, the cosine similarities between all ``sentences`` (default
     :data:`FIGURE4_SENTENCES`) as an annotated heatmap; one colour scale for all models.
     CSV (long): ``model, sentence_a, sentence_b, cosine`` for every ordered pair, diagonal included."""
+    from matplotlib.colors import Normalize
+
     sentences = list(FIGURE4_SENTENCES if sentences is None else sentences)
     if len(sentences) < 2 or not encoders:
         raise ValueError("the similarity heatmap needs at least 2 sentences and 1 model")
@@ -99,7 +99,7 @@ def figure_similarity_heatmap(encoders: Mapping[str, Callable[[list[str]], np.nd
     vmin, vmax = df["cosine"].min(), df["cosine"].max()
     norm = Normalize(vmin, vmax if vmax > vmin else vmin + 1e-6)
     size = 0.75 * n + 2
-    fig = Figure(figsize=(size * len(sims) + 1, size), layout="constrained")
+    fig = new_figure(figsize=(size * len(sims) + 1, size), layout="constrained")
     axes = fig.subplots(1, len(sims), squeeze=False)[0]
     labels = [textwrap.fill(s, 22) for s in sentences]
     for ax, (name, sim) in zip(axes, sims.items()):
@@ -127,6 +127,7 @@ def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], 
     CSV: ``model, sentence, word_count, x, y``.
     """
     import umap  # slow import (numba): only when this figure is drawn
+    from matplotlib.colors import Normalize
 
     sentences = list(sentences)
     n = len(sentences)
@@ -144,7 +145,7 @@ def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], 
                                    "x": xy[:, 0], "y": xy[:, 1]}))
     df = pd.concat(parts, ignore_index=True)
     norm = Normalize(words.min(), max(words.max(), words.min() + 1))
-    fig = Figure(figsize=(4.5 * len(embeddings) + 1, 4.5), layout="constrained")
+    fig = new_figure(figsize=(4.5 * len(embeddings) + 1, 4.5), layout="constrained")
     axes = fig.subplots(1, len(embeddings), squeeze=False)[0]
     point = float(np.clip(3000 / n, 2, 30))
     for ax, (name, rows) in zip(axes, df.groupby("model", sort=False)):

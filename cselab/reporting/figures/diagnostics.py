@@ -7,9 +7,8 @@ from typing import Mapping
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from cselab.reporting.figures import save_figure
+from cselab.reporting.figures import new_figure, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 #: (curve column, panel title): the logging windows' diagnostics, then the dev evaluations'
@@ -40,7 +39,7 @@ def figure_diagnostics(curves: Mapping[str, pd.DataFrame], out_png, out_csv, tit
     real tokens per second (logging windows); anisotropy, effective rank and uniformity of the
     STS-B dev embeddings (dev evaluations), each run a colour, collapse alarms as red crosses."""
     df = diagnostics_rows(curves)
-    fig = Figure(figsize=(12, 6.4))
+    fig = new_figure(figsize=(12, 6.4))
     axes = [fig.add_subplot(2, 3, k + 1) for k in range(len(PANELS))]
     for ax, (column, name) in zip(axes, PANELS):
         for k, label in enumerate(curves):

@@ -9,9 +9,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from cselab.reporting.figures import label_axes, save_figure
+from cselab.reporting.figures import label_axes, new_figure, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
 
 #: the five rating groups of DiffCSE Figure 2: [0, 1), [1, 2), [2, 3), [3, 4), [4, 5]
@@ -29,7 +28,7 @@ def figure_similarity_by_rating(sims: Mapping[str, tuple[np.ndarray, np.ndarray]
     frames = [pd.DataFrame({"model": label, "group": [RATING_GROUPS[g] for g in rating_group(gold)],
                             "gold": gold, "cosine": cos}) for label, (cos, gold) in sims.items()]
     df = pd.concat(frames, ignore_index=True)
-    fig = Figure(figsize=(7.5, 3.8))
+    fig = new_figure(figsize=(7.5, 3.8))
     ax = fig.add_subplot(1, 1, 1)
     n = len(sims)
     width = 0.8 / n
@@ -76,7 +75,7 @@ def figure_retrieval_examples(df: pd.DataFrame, out_png, out_csv, title: str | N
     """Table 9 rendered as text: one block per query, one column per model."""
     queries = list(dict.fromkeys(df["query"]))
     models = list(dict.fromkeys(df["model"]))
-    fig = Figure(figsize=(3.6 * len(models) + 0.5, 1.3 + 1.4 * len(queries)))
+    fig = new_figure(figsize=(3.6 * len(models) + 0.5, 1.3 + 1.4 * len(queries)))
     ax = fig.add_subplot(1, 1, 1)
     ax.axis("off")
     y = 1.0

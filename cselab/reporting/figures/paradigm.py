@@ -13,14 +13,16 @@ point. The negatives enter each term only through ``sum_j exp(cos theta_j / tau)
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
-from cselab.reporting.figures import label_axes, save_figure
+from cselab.reporting.figures import label_axes, new_figure, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 N_NEGATIVES = 127
 SIGMA_POS, SIGMA_NEG = 0.05, 0.10
@@ -115,7 +117,7 @@ def ratio_grid(points: int = 100) -> pd.DataFrame:
 
 def _heatmaps(df: pd.DataFrame, panels: Sequence[str], x: str, y: str, value: str, title: str | None,
               vmin: float, vmax: float, cmap: str, mask: str | None = None) -> Figure:
-    fig = Figure(figsize=(4.2 * len(panels), 3.6))
+    fig = new_figure(figsize=(4.2 * len(panels), 3.6))
     for k, name in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), k + 1)
         sub = df[df["loss"] == name]
@@ -146,7 +148,7 @@ def figure_gd(out_png, out_csv, title=None, losses: Sequence[str] = GD_LOSSES, p
 def figure_weight(out_png, out_csv, title=None, temperatures: Sequence[float] = WEIGHT_TEMPERATURES,
                   points: int = 100, n_batches: int = 1000, seed: int = 0) -> pd.DataFrame:
     df = simulate_weight(temperatures, points, n_batches, seed=seed)
-    fig = Figure(figsize=(5.5, 3.8))
+    fig = new_figure(figsize=(5.5, 3.8))
     ax = fig.add_subplot(1, 1, 1)
     for tau, rows in df.groupby("tau", sort=False):
         ax.plot(rows["mu_neg_pi"], rows["hardest_share"], label=f"tau = {tau:g}")
@@ -163,7 +165,7 @@ def figure_ratio(out_png, out_csv, title=None, points: int = 100) -> pd.DataFram
 def figure_sweep(results: Mapping[float, float], parameter: str, out_png, out_csv, title=None) -> pd.DataFrame:
     """Figure 6: STS-B dev Spearman against one component's value (``results``: value -> score)."""
     df = pd.DataFrame({parameter: list(results), "stsb_dev_spearman": list(results.values())}).sort_values(parameter)
-    fig = Figure(figsize=(4.5, 3.4))
+    fig = new_figure(figsize=(4.5, 3.4))
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(df[parameter], df["stsb_dev_spearman"], "-o", ms=4)
     label_axes(ax, parameter, "STS-B dev Spearman x100", title, legend=False)
@@ -238,7 +240,7 @@ def figure_heldout(stats: Mapping[str, dict], out_png, out_csv, title=None) -> p
     from scipy.stats import gaussian_kde
 
     rows = []
-    fig = Figure(figsize=(10, 3.6))
+    fig = new_figure(figsize=(10, 3.6))
     ax_kde, ax_share = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     grid = np.linspace(-0.2, 1.0, 241)
     for label, st in stats.items():
@@ -425,7 +427,7 @@ def figure_training_ratio(curves: Mapping[str, pd.DataFrame],
     (c) are the training batches' values after the training head, averaged per logging window.
     """
     require_curve_columns(curves, TRAINING_RATIO_COLUMNS, "Figure 8", experiments)
-    fig = Figure(figsize=(14, 3.8))
+    fig = new_figure(figsize=(14, 3.8))
     axes = [fig.add_subplot(1, 3, k + 1) for k in range(3)]
     df = pd.concat([_min_ratio_panel(axes[0], min_ratios), _training_panels(axes[1], axes[2], curves)],
                    ignore_index=True)
@@ -452,7 +454,7 @@ def figure_angle_statistics(curves: Mapping[str, pd.DataFrame], out_png, out_csv
                                     "mu_neg_pi": logged["neg_angle_mean"] / np.pi,
                                     "sigma_pos": logged["pos_angle_std"], "sigma_neg": logged["neg_angle_std"]}))
     df = pd.concat(frames, ignore_index=True)
-    fig = Figure(figsize=(10, 3.6))
+    fig = new_figure(figsize=(10, 3.6))
     ax_mu, ax_sigma = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for k, (label, rows) in enumerate(df.groupby("label", sort=False)):
         for ax, pos, neg in ((ax_mu, "mu_pos_pi", "mu_neg_pi"), (ax_sigma, "sigma_pos", "sigma_neg")):

@@ -2,7 +2,10 @@
 
 A method is one module in this folder, found by scanning it (no list to edit), plus an entry
 under ``methods:`` in the config. A :class:`Method` subclass with a ``name`` registers itself;
-it receives a :class:`Context` and owns
+what the config sets of it (name, roles, ``Options``, ``training_keys``, ``requires``) it
+inherits from its declaration in :mod:`cselab.training.method_config` (``class SimCSE(SimCSEConfig,
+Method)``), which the workflow reads without importing torch (a method may declare them itself
+too: the workflow then imports the methods to plan). It receives a :class:`Context` and owns
 
 - its training head(s) (:func:`cselab.models.heads.make_head`) and any extra networks:
   trainable ones are ordinary submodules (optimised and checkpointed), fixed inputs are
@@ -24,21 +27,22 @@ each view) in the ``shared`` dict it receives.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from cselab.data.tokens import TokenizedCorpus
-from cselab.errors import ConfigError, check_schema
+from cselab.errors import ConfigError
 from cselab.models import keyed
 from cselab.training.chunks import Runner
 from cselab.training.diagnostics import view_cosine
+from cselab.training.method_config import (  # noqa: F401 (the contract's names, used by the methods)
+    POSITIVE, RATIO, MethodConfig, option, required_artifacts, spec_components)
 
 _REGISTRY: dict[str, type["Method"]] = {}
 _SCANNED = False
@@ -59,26 +63,6 @@ def method_class(name: str, where: str = "objective") -> type["Method"]:
     if name not in methods:
         raise ConfigError(f"config key '{where}': unknown method {name!r}; valid methods: {', '.join(sorted(methods))}")
     return methods[name]
-
-
-def option(default: Any = None, **schema) -> Any:
-    """A method option: its default and its JSON-schema constraints beyond the type (``enum``,
-    ``minimum``, ``exclusiveMaximum``, ...), declared once and checked by :meth:`Method.check_options`."""
-    return field(default=default, metadata={"schema": schema})
-
-
-#: the bounds of a share of tokens (``option(0.15, **RATIO)``) and of a count of at least one
-RATIO = {"exclusiveMinimum": 0, "exclusiveMaximum": 1}
-POSITIVE = {"minimum": 1}
-
-_JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null"}
-
-
-def _json_type(annotation: str) -> dict:
-    """An option's JSON type from its annotation (``int | None`` -> integer or null)."""
-    names = [part.strip() for part in str(annotation).split("|")]
-    types = [_JSON_TYPES[n] for n in names if n in _JSON_TYPES]
-    return {"type": types[0] if len(types) == 1 else types} if len(types) == len(names) else {}
 
 
 @dataclass
@@ -124,20 +108,15 @@ class Output:
     scalars: dict[str, torch.Tensor | float] = field(default_factory=dict)
 
 
-class Method(nn.Module):
-    """Base class; see the module docstring. ``Options`` is a dataclass of its config options."""
-
-    name: ClassVar[str] = ""
-    #: whether it can be an experiment's primary method, an auxiliary objective, or both
-    roles: ClassVar[tuple[str, ...]] = ("primary",)
-
-    @dataclasses.dataclass
-    class Options:
-        pass
+class Method(MethodConfig, nn.Module):
+    """Base class; see the module docstring. What the config sets (``name``, ``roles``,
+    ``Options``, ``training_keys``, ``requires``, ...) is :class:`MethodConfig`'s."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("name"):
+        # an implementation of a method (its own name, or its declaration's) that none it extends implements
+        if cls.__dict__.get("name") or (cls.name and all(base.name != cls.name for base in cls.__mro__[1:]
+                                                          if issubclass(base, Method))):
             _REGISTRY[cls.name] = cls
 
     def __init__(self, ctx: Context):
@@ -145,64 +124,6 @@ class Method(nn.Module):
         self.ctx = ctx
         self.options = ctx.options
         object.__setattr__(self, "_frozen", {})
-
-    # -- configuration --------------------------------------------------------------------
-
-    #: former option names still accepted: alias -> the option (one concept, one name; the same experiment)
-    aliases: ClassVar[dict[str, str]] = {}
-
-    @classmethod
-    def canonical_options(cls, options: dict, where: str = "options") -> dict:
-        """``options`` under their current names (an alias renamed; both given is an error)."""
-        out: dict = {}
-        for key, value in options.items():
-            name = cls.aliases.get(key, key)
-            if name in out:
-                raise ConfigError(f"config key '{where}.{key}': {key!r} is the former name of {name!r}, which is "
-                                  f"set too; keep {name!r}")
-            out[name] = value
-        return out
-
-    @classmethod
-    def options_schema(cls) -> dict:
-        """``Options`` as a JSON schema: each field's type from its annotation plus what its
-        :func:`option` declares (enum, bounds); no other keys."""
-        return {"type": "object", "additionalProperties": False,
-                "properties": {f.name: {**_json_type(f.type), **f.metadata.get("schema", {})}
-                               for f in dataclasses.fields(cls.Options)}}
-
-    @classmethod
-    def check_options(cls, options: dict, where: str = "options"):
-        """Build ``Options`` from a dict, checked against :meth:`options_schema` and then
-        :meth:`validate_options` (rules across options); a problem raises ConfigError naming the key."""
-        options = cls.canonical_options(options, where)
-        check_schema(options, cls.options_schema(), where=where, context=f"method {cls.name!r}")
-        opts = cls.Options(**options)
-        problem = cls.validate_options(opts)
-        if problem:
-            key, msg = problem
-            raise ConfigError(f"config key '{where}.{key}': {msg}")
-        return opts
-
-    @classmethod
-    def validate_options(cls, options) -> tuple[str, str] | None:
-        """Rules across options (one option's type and range are declared with :func:`option`):
-        return (key, message) for a violation, or None."""
-        return None
-
-    #: training settings the method reads (besides the loop's own): its spec holds them; a
-    #: method that encodes sentences through the encoder's pooled forward reads pooler and unpadded
-    training_keys: ClassVar[tuple[str, ...]] = ("pooler", "unpadded")
-
-    @classmethod
-    def used_training_keys(cls, options) -> tuple[str, ...]:
-        """:attr:`training_keys`, plus ``batchnorm_stats`` when the method's head has BatchNorm."""
-        return cls.training_keys + (("batchnorm_stats",) if getattr(options, "head", None) == "batchnorm" else ())
-
-    @classmethod
-    def requires(cls, options) -> dict[str, str]:
-        """Upstream artifacts: role -> name of a ``pretraining:`` entry (built per PLM)."""
-        return {}
 
     # -- networks ---------------------------------------------------------------------------
 
@@ -364,19 +285,3 @@ def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] |
     for name, module in objective.frozen().items():
         keyed.install(module, f"frozen/{name}")
     return objective
-
-
-def spec_components(spec: dict) -> list[dict]:
-    """``[{"method", "weight", "options"}]``: the primary first, then the auxiliaries in order."""
-    primary = {"method": spec["objective"], "weight": spec["weight"], "options": spec["options"]}
-    return [primary] + [{"method": name, "weight": aux["weight"], "options": aux.get("options", {})}
-                        for name, aux in spec.get("auxiliaries", {}).items()]
-
-
-def required_artifacts(spec: dict) -> dict[str, str]:
-    """role -> ``pretraining:`` entry name, over all of an experiment's methods."""
-    out: dict[str, str] = {}
-    for entry in spec_components(spec):
-        cls = method_class(entry["method"])
-        out.update(cls.requires(cls.check_options(entry["options"])))
-    return out

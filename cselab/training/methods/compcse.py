@@ -10,26 +10,17 @@ InfoNCE, optionally on the first ``d0`` coordinates, then pulls ``z`` towards ``
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch import nn
 
 from cselab.errors import ConfigError
 from cselab.data.tokens import TokenizedCorpus, to_device
-from cselab.models.heads import HEADS, init_linear, make_head
+from cselab.models.heads import init_linear, make_head
 from cselab.training.diagnostics import view_cosine
 from cselab.training.losses import info_nce
-from cselab.training.methods import Method, Output, option, repeat_lengths
-
-AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
-COMPOSE = ("z+", "z", "both")
-#: where the training head runs: on the aggregate (the paper and the authors' code) or on each
-#: part before aggregating (this project's first implementation, kept for comparison)
-HEAD_PLACEMENT = ("after_aggregation", "per_part")
-#: the unit the partition cuts: subword tokens of the tokenised sentence ("split the tokens of
-#: x_i in half", section 3), or whitespace words of the text, each part tokenised on its own
-PARTITION_UNITS = ("subword", "word")
+from cselab.training.method_config import (  # noqa: F401 (the options' choices, declared there)
+    AGGREGATIONS, COMPOSE, HEAD_PLACEMENT, PARTITION_UNITS, CompCSEConfig)
+from cselab.training.methods import Method, Output, repeat_lengths
 
 
 def split_ids(ids: list[int], k: int) -> list[list[int]]:
@@ -117,7 +108,7 @@ class Aggregator(nn.Module):
         return self.proj(torch.cat([a, b, (a - b).abs()], dim=-1))
 
 
-class CompCSE(Method):
+class CompCSE(CompCSEConfig, Method):
     """Anchor ``z`` = full sentence; positive ``z+`` = the training head over the aggregate of the
     parts' raw [CLS] vectors.
 
@@ -127,25 +118,6 @@ class CompCSE(Method):
     compositions), ``d0`` (InfoNCE on the first d0 coordinates only, DirectCLR), ``head``,
     ``head_placement`` and ``partition_unit`` (see :data:`HEAD_PLACEMENT`, :data:`PARTITION_UNITS`).
     """
-
-    name = "compcse"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        partitions: int = option(2, minimum=2, maximum=4)
-        aggregation: str = option("avg", enum=list(AGGREGATIONS))
-        compose: str = option("z+", enum=list(COMPOSE))
-        d0: int | None = option(None, minimum=1)
-        head: str = option("mlp", enum=list(HEADS))
-        head_placement: str = option("after_aggregation", enum=list(HEAD_PLACEMENT))
-        partition_unit: str = option("subword", enum=list(PARTITION_UNITS))
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.aggregation == "concat_absdiff_project" and o.partitions != 2:
-            return "aggregation", "concat_absdiff_project is defined for partitions = 2 only"
-        return None
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -27,8 +27,6 @@ original token at every position of the edited sentence with a copy mechanism).
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,9 +35,9 @@ from cselab.errors import ConfigError
 from cselab.models.masks import model_mask, sync_free
 from cselab.training import mlm
 from cselab.training.losses import fp32
-from cselab.training.methods import POSITIVE, RATIO, Method, Output, option, primary_views
-
-AUGMENTS = ("replace", "insert", "delete", "all")
+from cselab.training.method_config import (  # noqa: F401 (the options, declared there)
+    AUGMENTS, ConditionalMLMConfig, ConditionedConfig, CorrectiveLMConfig, EditingConfig, EditOptions, RTDConfig)
+from cselab.training.methods import Method, Output, primary_views
 
 
 def load_generator(ctx, generator: str | None) -> mlm.MaskedLM:
@@ -137,13 +135,10 @@ class Editor:
         return edited, new_attn, new_labels
 
 
-class Conditioned(Method):
+class Conditioned(ConditionedConfig, Method):
     """Base of the objectives that read a sentence through a second copy of the PLM whose
     position-0 input is the view's sentence embedding (``projected`` from the primary): the copy
     is :attr:`discriminator`; :meth:`encode` runs it conditioned on ``h``."""
-
-    roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -181,26 +176,8 @@ class Conditioned(Method):
         return tuple(x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
 
 
-@dataclasses.dataclass
-class EditOptions:
-    """Options of the objectives that edit with a generator."""
-
-    mask_ratio: float = option(0.30, **RATIO)
-    generator: str | None = None
-    generator_stage: str = "infocse-pretrain"
-    augment: str = option("replace", enum=list(AUGMENTS))
-    edit_ratio: float = option(0.15, **RATIO)
-    views: int = option(2, **POSITIVE)
-
-
-class Editing(Conditioned):
+class Editing(EditingConfig, Conditioned):
     """Base of the objectives that read generator edits (:class:`Editor`) of each view."""
-
-    Options = EditOptions
-
-    @classmethod
-    def requires(cls, options):
-        return {} if options.generator else {"generator": options.generator_stage}
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -209,7 +186,7 @@ class Editing(Conditioned):
         self.editor = Editor(self.generator, ctx.tokenizer, o.mask_ratio, o.augment, o.edit_ratio)
 
 
-class RTD(Editing):
+class RTD(RTDConfig, Editing):
     """Conditional replaced-token detection (DiffCSE's auxiliary objective, weight lambda).
 
     Options: ``mask_ratio`` (0.30 BERT, 0.20 RoBERTa); ``generator`` (a masked LM's hub id or
@@ -219,8 +196,6 @@ class RTD(Editing):
     ``views`` (how many views of the batch the primary encodes). The generator keeps dropout on,
     as the authors' code.
     """
-
-    name = "rtd"
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -244,20 +219,13 @@ class RTD(Editing):
         return Output({"rtd": loss}, scalars)
 
 
-class ConditionalMLM(Conditioned):
+class ConditionalMLM(ConditionalMLMConfig, Conditioned):
     """DiffCSE Table 3's conditional MLM on the same sentence (Yang et al., 2020's CMLM with the
     sentence itself as context): the discriminator reads the view's masked sentence (BERT's
     80/10/10 at ``mask_ratio``) with the sentence embedding at position 0, and an MLM head (the
     PLM's own when its checkpoint has one) predicts the masked tokens. Loss: the cross-entropy over
     the masked positions. Options: ``mask_ratio`` (0.30, DiffCSE's; the paper does not state the
     variant's), ``views``."""
-
-    name = "cmlm"
-
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = option(0.30, **RATIO)
-        views: int = option(2, **POSITIVE)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -273,7 +241,7 @@ class ConditionalMLM(Conditioned):
         return Output({"cmlm": mlm.mlm_loss(self.mlm_head, hidden, batch["cmlm_labels"])})
 
 
-class CorrectiveLM(Editing):
+class CorrectiveLM(CorrectiveLMConfig, Editing):
     """DiffCSE Table 3's conditional corrective LM (COCO-LM, Meng et al., 2021): the discriminator
     reads the generator-edited sentence conditioned on the sentence embedding and recovers the
     original token at every real position with a copy mechanism: ``p(x) = p_copy 1[x = input] +
@@ -281,14 +249,6 @@ class CorrectiveLM(Editing):
     (original or replaced) plus ``-log p(original)`` with the copy probability detached, averaged
     over the real positions after [CLS]. Options as :class:`RTD`'s (MLM replacement only; the
     paper states no mask ratio or lambda for the variant)."""
-
-    name = "corrective_lm"
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.augment != "replace":
-            return "augment", "the corrective LM recovers replaced tokens: only 'replace'"
-        return None
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -11,20 +11,17 @@ anchor's positive against the in-batch sentences of the same kind.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from cselab.training import mlm
-from cselab.models.heads import HEADS, make_head
+from cselab.models.heads import make_head
 from cselab.training.losses import info_nce, info_nce_hard_negatives
-from cselab.training.methods import RATIO, Method, Output, dropout_views, option
-from cselab.training.methods.diffcse import AUGMENTS, Editor, load_generator
+from cselab.training.method_config import USES, SimCSEEditsConfig  # noqa: F401 (the options, declared there)
+from cselab.training.methods import Method, Output, dropout_views
+from cselab.training.methods.diffcse import Editor, load_generator
 
-USES = ("positive", "negative")
 
-
-class SimCSEEdits(Method):
+class SimCSEEdits(SimCSEEditsConfig, Method):
     """SimCSE with each sentence's edit as an extra positive or negative (DiffCSE Table 15).
 
     Options: ``use`` (``positive`` | ``negative``), ``augment`` (``replace``, ``insert`` or
@@ -32,23 +29,6 @@ class SimCSEEdits(Method):
     0.15), ``generator`` / ``generator_stage`` (the frozen masked LM that fills masks, as RTD's),
     ``head`` (SimCSE's ``mlp``).
     """
-
-    name = "simcse_edits"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        use: str = option("negative", enum=list(USES))
-        augment: str = option("replace", enum=list(AUGMENTS[:3]))
-        mask_ratio: float = option(0.15, **RATIO)
-        edit_ratio: float = option(0.15, **RATIO)
-        generator: str | None = None
-        generator_stage: str = "infocse-pretrain"
-        head: str = option("mlp", enum=list(HEADS))
-
-    @classmethod
-    def requires(cls, options):
-        return {} if options.generator else {"generator": options.generator_stage}
 
     def __init__(self, ctx):
         super().__init__(ctx)

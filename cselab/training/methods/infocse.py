@@ -29,16 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import json
 
 import torch
 
 from cselab.models.masks import model_mask
 from cselab.training import mlm
-from cselab.training.methods import POSITIVE, RATIO, Method, Output, option, primary_views
+from cselab.training.method_config import ARTIFACT, InfoCSEMLMConfig, InfoCSEPretrainConfig
+from cselab.training.methods import Method, Output, primary_views
 
-ARTIFACT = "aux_network"      # the role under which stage 2 receives stage 1's export
 AUX_FILE, AUX_CONFIG = "infocse_aux.pt", "infocse_aux.json"
 
 
@@ -69,7 +68,7 @@ class AuxNetwork(torch.nn.Module):
         return mlm.run_layers(self.extra, hidden, attention_mask)
 
 
-class InfoCSEPretrain(Method):
+class InfoCSEPretrain(InfoCSEPretrainConfig, Method):
     """Stage 1: pretrain the auxiliary network together with the backbone (a pretraining stage).
 
     One masked input and one backbone forward per step: BERT's MLM reads the top layer; the
@@ -81,18 +80,6 @@ class InfoCSEPretrain(Method):
     backbone's layers; the paper configs set 6, the authors' ``--skip_from 6`` for base and
     large), ``extra_layers`` (2), ``mlm_weight`` (1.0: the paper's ``L_aux + L_mlm``).
     """
-
-    name = "infocse_pretrain"
-    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
-    training_keys = ()  # the backbone's own forward only
-
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = option(0.15, **RATIO)
-        whole_word: bool = True
-        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
-        extra_layers: int = option(2, **POSITIVE)
-        mlm_weight: float = option(1.0, minimum=0)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -138,7 +125,7 @@ class InfoCSEPretrain(Method):
                                                       "mask_ratio": self.options.mask_ratio}))
 
 
-class InfoCSEMLM(Method):
+class InfoCSEMLM(InfoCSEMLMConfig, Method):
     """Stage 2: InfoCSE's auxiliary objective ``L_aux``, to be weighted by lambda beside a primary
     contrastive method (``methods.infocse`` in the config: SimCSE with the BatchNorm projector
     plus this at weight 1e-5).
@@ -155,33 +142,6 @@ class InfoCSEMLM(Method):
     upper layers as the paper's Table 4 does, or ``random``), ``views`` (how many views of the
     batch the primary encodes; each is masked and reconstructed).
     """
-
-    name = "infocse_mlm"
-    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
-    roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
-
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = option(0.4, **RATIO)
-        detach: bool = True
-        lower_dropout: bool = False
-        pretrained: bool = True
-        stage: str = "infocse-pretrain"
-        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
-        extra_layers: int = option(2, **POSITIVE)
-        extra_init: str = option("top", enum=["top", "random"])
-        views: int = option(2, **POSITIVE)
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.lower_dropout and not o.detach:
-            return "lower_dropout", "applies to the frozen copy (detach: true); without detach the copy trains"
-        return None
-
-    @classmethod
-    def requires(cls, options):
-        return {ARTIFACT: options.stage} if options.pretrained else {}
 
     def __init__(self, ctx):
         super().__init__(ctx)

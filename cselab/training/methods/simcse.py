@@ -3,14 +3,13 @@ a second time with independent dropout."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from cselab.models.heads import HEADS, make_head
+from cselab.models.heads import make_head
 from cselab.training.losses import info_nce
-from cselab.training.methods import Method, Output, dropout_views, option
+from cselab.training.method_config import SimCSEConfig
+from cselab.training.methods import Method, Output, dropout_views
 
 
-class SimCSE(Method):
+class SimCSE(SimCSEConfig, Method):
     """The batch is duplicated and encoded in one forward pass (dropout differs per row); the two
     halves, through the training head, are the anchor and positive views for InfoNCE with
     in-batch negatives.
@@ -18,13 +17,6 @@ class SimCSE(Method):
     Options: ``head``, the training head (``mlp``, SimCSE's; ``batchnorm``, DiffCSE's and
     InfoCSE's projector; ``linear``; ``none``).
     """
-
-    name = "simcse"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        head: str = option("mlp", enum=list(HEADS))
 
     def __init__(self, ctx):
         super().__init__(ctx)
