@@ -14,7 +14,8 @@ already on the device (no encoder), so it times the score matrix, the top-k and 
 ``corpus`` writes a BEIR dataset of ``--docs`` documents (about 85 words each, FEVER's mean) and
 runs :func:`cselab.evaluation.retrieval.evaluate_retrieval` with a stand-in encoder, reporting
 the peak resident memory above the start per document and the embedding cache's bytes per
-document with the corpus cache off (the default) and in fp16. Each prints one JSON line.
+document with the corpus cache off (the default) and in fp16. Each prints one JSON line at the
+end (``search`` also one per measured part, as it goes).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def search_benchmark(args) -> dict:
         out["check"] = {"docs": args.check_docs, "queries_same_topk_set": same,
                         "max_score_diff": (exact.vals - half.vals).abs().max().item(),
                         "uncertified_queries": half.uncertified()}
+        print(json.dumps({"part": "check", **out["check"]}), flush=True)  # a run cut short keeps it
     for precision in args.precision.split(","):
         if dev.type == "cuda":
             _search(q, min(args.docs, 4 * args.chunk), args.chunk, args.k, precision, args.block, pool)  # warm-up
@@ -77,6 +79,7 @@ def search_benchmark(args) -> dict:
                           "doc_queries_per_s": args.docs * args.queries / seconds}
         if dev.type == "cuda":
             out[precision]["peak_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+        print(json.dumps({"part": precision, **out[precision]}), flush=True)
     return out
 
 
