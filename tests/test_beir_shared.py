@@ -75,6 +75,7 @@ def test_shared_corpus_is_one_job_encoding_each_document_once(shared_run):
     assert a["search"]["encoded_docs"] == 53 and (a["n_docs"], b["n_docs"]) == (50, 53)
     assert c["search"]["shared_corpus"] == ["toy-c"] and c["n_docs"] == 30
     assert a["dataset"] == "toy-a" and b["dataset"] == "toy-b" and a["metrics"] != b["metrics"]
+    assert a["subsets"] == b["subsets"] == {}
     table = (workdir / "results" / "table_beir.csv").read_text()
     assert "toy-a" in table and "toy-b" in table and "toy-c" in table
 
@@ -93,10 +94,11 @@ def test_shared_corpus_scores_equal_each_dataset_alone(shared_run):
 
 def test_how_retrieval_runs_reruns_nothing(shared_run):
     workdir, _ = shared_run
-    _config(workdir, precision="fp16", query_block=3, corpus_cache=True, resources={"toy-c": {"mem_mb": 9000}})
+    _config(workdir, precision="fp16", query_block=3, resources={"toy-c": {"mem_mb": 9000}})
     assert "Nothing to be done" in _snakemake(workdir, "-n", "results/table_beir.csv").stdout
-    _config(workdir, k=50)  # a setting that changes the result does rerun
-    assert "evaluate_beir" in _snakemake(workdir, "-n", "results/table_beir.csv").stdout
+    for changed in ({"k": 50}, {"corpus_cache": True}):  # settings that change the result do rerun
+        _config(workdir, **changed)
+        assert "evaluate_beir" in _snakemake(workdir, "-n", "results/table_beir.csv").stdout
     _config(workdir)
 
 

@@ -429,7 +429,7 @@ def _shared_pair(tmp_path):
 
 
 def test_shared_corpora_encode_each_document_once_and_score_as_alone(tmp_path):
-    from cselab.evaluation.retrieval import evaluate_shared
+    from cselab.evaluation.retrieval import evaluate_shared, retrieve_shared
 
     a, b = _shared_pair(tmp_path)
     encode, encoded = _bow_encoder(), []
@@ -446,6 +446,15 @@ def test_shared_corpora_encode_each_document_once_and_score_as_alone(tmp_path):
         assert got[name]["metrics"] == alone["metrics"] and got[name]["n_docs"] == alone["n_docs"]
         assert got[name]["search"]["shared_corpus"] == ["a", "b"] and got[name]["search"]["encoded_docs"] == 8
     assert got["b"]["n_docs"] == 6 and got["a"]["n_docs"] == 6
+    # every run holds only its own corpus's documents, with its own texts' scores, each id once
+    runs = retrieve_shared({"a": load_beir(a), "b": load_beir(b)}, lambda name, texts: encode(texts), encode, k=10,
+                           chunk_size=2)
+    for name, root in (("a", a), ("b", b)):
+        alone = retrieve(encode, load_beir(root), k=10, chunk_size=3)
+        assert runs[name]["run"].keys() == alone.keys()
+        for q, r in alone.items():  # every document (k > corpus), the bag-of-words ties in any order
+            assert runs[name]["run"][q] == pytest.approx(r, rel=1e-5, abs=1e-7)
+    assert all("d9" not in r for r in runs["a"]["run"].values())
     # b's runs never hold a's d5 nor the query's own id d1
     data = load_beir(b)
     run = retrieve(encode, data, k=6, chunk_size=2)
@@ -479,3 +488,14 @@ def test_id_table_round_trips():
     t = IdTable()
     t.extend(["a", "", "dbpedia:Île-de-France", "42"])
     assert len(t) == 4 and [t[i] for i in range(4)] == ["a", "", "dbpedia:Île-de-France", "42"]
+
+
+def test_shared_corpus_groups_reject_a_name_that_is_another_dataset():
+    from cselab.data.beir import shared_corpus_groups
+
+    beir = {"datasets": ["nq", "fever", "climate-fever"], "shared_corpora": {"fever": ["fever", "climate-fever"]}}
+    assert shared_corpus_groups(beir) == {"fever": ["fever", "climate-fever"], "nq": ["nq"]}
+    with pytest.raises(ValueError, match=r"shared_corpora\.nq': the group's name is the dataset 'nq'"):
+        shared_corpus_groups({**beir, "shared_corpora": {"nq": ["fever", "climate-fever"]}})
+    with pytest.raises(ValueError, match="'fever' is already in group"):
+        shared_corpus_groups({**beir, "shared_corpora": {"fever": ["fever", "climate-fever"], "x": ["fever", "nq"]}})

@@ -49,9 +49,10 @@ BEIR_SIZES = {
 
 
 
-#: The ``evaluation.beir`` settings that can change a result (a BEIR job's params); the others
-#: (precision, query_block, corpus_cache, shared_corpora, resources) change how it runs.
-RETRIEVAL_SCORED = ("datasets", "k", "chunk_size", "score", "max_len")
+#: The ``evaluation.beir`` settings that can change a result (a BEIR job's params; the fp16 corpus
+#: cache rounds the embeddings it keeps); the others (precision, query_block, shared_corpora,
+#: resources) change how it runs.
+RETRIEVAL_SCORED = ("datasets", "k", "chunk_size", "score", "max_len", "corpus_cache")
 
 #: A dataset not in :data:`BEIR_SIZES` (a local one) is sized as this many documents and queries.
 UNKNOWN_SIZE = {"queries": 10_000, "docs": 1_000_000, "words_per_doc": 100.0, "corpus_mb": 660.0}
@@ -66,6 +67,9 @@ def shared_corpus_groups(beir: dict) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     seen: dict[str, str] = {}
     for name, members in (beir.get("shared_corpora") or {}).items():
+        if name in datasets and name not in members:
+            raise ValueError(f"config key 'evaluation.beir.shared_corpora.{name}': the group's name is the dataset "
+                             f"{name!r}, which is not in the group; name the group after one of its datasets")
         members = [m for m in members if m in datasets]
         for m in members:
             if m in seen:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from cselab.evaluation.encoding import ModelEncoder
-from cselab.io import write_json
+from cselab.io import lines_sha256, write_json
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root, time_breakdown
@@ -37,8 +37,9 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
                        **{k: result[k] for k in ("wall_seconds", "encode_seconds", "encode_sentences_per_s",
                                                  "cache_hits", "cache_misses") if result.get(k) is not None},
                        **{f"job.{k}_s": v for k, v in result["job_seconds"].items()}})
-        per_output = [{**one, **common} for one in result["datasets"].values()] if "datasets" in result else [result]
-        for path, one in zip(smk.output, per_output):
+        written = ([(path, {**result["datasets"][Path(path).stem], **common}) for path in smk.output]
+                   if "datasets" in result else [(smk.output[0], result)])  # a shared corpus: a file a dataset
+        for path, one in written:
             write_json(path, one)
             r.log_artifact(path)
 
@@ -126,7 +127,8 @@ def _retrieval(smk):
         precision = opts["precision"]
         _check_cache_disk(smk, manifests, names, m.dim(), opts)
         res = retrieval.evaluate_shared(
-            roots, lambda name, texts: m.encode_fn(f"beir-{name}-queries", max_len=opts["max_len"])(texts),
+            roots, lambda name, texts: m.encode_fn(f"beir-{name}-queries-{len(texts)}-{lines_sha256(texts)[:12]}",
+                                                   max_len=opts["max_len"])(texts),
             m.encode_fn(f"beir-{group}-corpus", max_len=opts["max_len"], sequence=True, dtype="float16")
             if opts.get("corpus_cache") else m.encode_fn(None, max_len=opts["max_len"]),
             k=opts["k"], chunk_size=opts["chunk_size"], score=opts["score"], k_values=(1, 5, 10, 100),
@@ -136,7 +138,7 @@ def _retrieval(smk):
                for name, r in res.items()}
         if len(per) == 1:
             return next(iter(per.values()))
-        return {"datasets": per, "scores": {f"{n}.{k}": v for n, r in per.items() for k, v in r["scores"].items()}}
+        return {"datasets": per, "scores": {k: v for r in per.values() for k, v in r["scores"].items()}}
 
     return compute, {"retrieval": opts, "dataset": group}
 
