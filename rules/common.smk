@@ -175,7 +175,7 @@ BEIR_SHARED = {name: members for name, members in BEIR_GROUPS.items() if len(mem
 BEIR_SHARED_RULE = {name: "evaluate_beir_shared_%s" % re.sub(r"\W", "_", name) for name in BEIR_SHARED}
 # what can change a result (the job's params); precision, query_block, shared_corpora and
 # resources only change how it runs, so the job reads them from the config: a change reruns nothing
-BEIR_SCORED = {k: v for k, v in CFG["evaluation"]["beir"].items() if k in cselab_beir.RETRIEVAL_SCORED}
+BEIR_SCORED = cselab_beir.retrieval_params(CFG["evaluation"]["beir"])
 BEIR_ALONE = "|".join(  # the datasets evaluate_beir leaves to a shared job
     re.escape(m) for members in BEIR_SHARED.values() for m in members) or "(?!)"
 

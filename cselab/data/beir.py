@@ -54,6 +54,12 @@ BEIR_SIZES = {
 #: resources) change how it runs.
 RETRIEVAL_SCORED = ("datasets", "k", "chunk_size", "score", "max_len", "corpus_cache")
 
+def retrieval_params(beir: dict) -> dict:
+    """The settings a BEIR job's result depends on (its params): :data:`RETRIEVAL_SCORED`, with
+    ``corpus_cache`` only when on, so results computed before it existed keep their params."""
+    return {k: v for k, v in beir.items() if k in RETRIEVAL_SCORED and (k != "corpus_cache" or v)}
+
+
 #: A dataset not in :data:`BEIR_SIZES` (a local one) is sized as this many documents and queries.
 UNKNOWN_SIZE = {"queries": 10_000, "docs": 1_000_000, "words_per_doc": 100.0, "corpus_mb": 660.0}
 
