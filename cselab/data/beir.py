@@ -393,6 +393,12 @@ class BeirData:
         yield from corpus_chunks(self.root, chunk_size)
 
 
+def doc_text(doc: dict) -> str:
+    """The text BEIR's sentence-transformers models encode for a document:
+    ``(title + " " + text).strip()``."""
+    return ((doc.get("title") or "") + " " + (doc.get("text") or "")).strip()
+
+
 def corpus_chunks(root: str | Path, chunk_size: int) -> Iterator[tuple[list[str], list[str]]]:
     """Stream ``root/corpus.jsonl`` as ``(ids, texts)`` slices of at most ``chunk_size``
     documents, texts as BEIR encodes them: ``(title + " " + text).strip()``."""
@@ -404,7 +410,7 @@ def corpus_chunks(root: str | Path, chunk_size: int) -> Iterator[tuple[list[str]
     texts: list[str] = []
     for r in _iter_jsonl(path, "corpus", fix):
         ids.append(r["_id"])
-        texts.append((r["title"] + " " + r["text"]).strip())
+        texts.append(doc_text(r))
         if len(ids) == chunk_size:
             yield ids, texts
             ids, texts = [], []

@@ -17,17 +17,11 @@ import numpy as np
 import torch
 
 from cselab.data.beir import BeirData, beir_subsets, corpus_chunks, load_beir, stsb_retrieval_dataset
+from cselab.data.beir import doc_text  # noqa: F401  (BEIR's document text, where evaluators look for it)
 from cselab.errors import DataError
 
 SCORES = ("cos", "dot")
 EncodeIds = Callable[[list[str]], Any]
-
-
-
-def doc_text(doc: Mapping[str, Any]) -> str:
-    """The text BEIR's sentence-transformers models encode for a document:
-    ``(title + " " + text).strip()``."""
-    return ((doc.get("title") or "") + " " + (doc.get("text") or "")).strip()
 
 
 
@@ -228,7 +222,7 @@ def search(
     Returns ``{query_id: {doc_id: score}}``, each inner dict in descending score order.
     """
     corpus_ids = list(corpus_ids)
-    chunks = ((corpus_ids[s:s + chunk_size], None) for s in range(0, len(corpus_ids), chunk_size))
+    chunks = ((corpus_ids[s:s + chunk_size],) * 2 + (None,) for s in range(0, len(corpus_ids), chunk_size))
     top, query_ids = _query_topk(encode_queries, query_ids, k, chunk_size, score, exclude, ignore_identical_ids,
                                  query_block, device, precision)
     if top is None:
@@ -258,14 +252,15 @@ def _query_topk(encode_queries, query_ids, k, chunk_size, score, exclude, ignore
 
 def _stream(chunks, encode_chunk: EncodeIds, tops: Mapping[str, RunningTopK], score: str,
             ids: IdTable | None = None) -> int:
-    """Encode each ``(ids, members)`` chunk once and merge it into every query set's top-k
-    (``members``: query set -> bool per document, None = every set); returns the documents
-    encoded. ``ids`` records the stream's document ids by position."""
+    """Encode each ``(ids, what to encode, members)`` chunk once (``encode_chunk`` gets its ids,
+    or its texts) and merge it into every query set's top-k (``members``: query set -> bool per
+    document, None = every set); returns the documents encoded. ``ids`` records the stream's
+    document ids by position."""
     start = 0
     dev = next(iter(tops.values())).q.device
     dim = next(iter(tops.values())).q.shape[1]
-    for chunk_ids, members in chunks:
-        c = _as_matrix(encode_chunk(list(chunk_ids)), len(chunk_ids), "encode_corpus_chunk", dim).to(dev)
+    for chunk_ids, encoded, members in chunks:
+        c = _as_matrix(encode_chunk(list(encoded)), len(chunk_ids), "encode_corpus_chunk", dim).to(dev)
         if score == "cos":
             c = torch.nn.functional.normalize(c, dim=1)
         for name, top in tops.items():
@@ -329,14 +324,7 @@ def retrieve_shared(
         return {name: {"run": {}, "n_docs": 0, "uncertified": 0, "encoded_docs": 0} for name in datasets}
     ids, sizes = IdTable(), {}
     chunks = shared_corpus_chunks({n: d.root for n, d in datasets.items()}, chunk_size, sizes)
-    texts: dict[str, str] = {}
-
-    def remember_texts(stream):
-        for chunk_ids, chunk_texts, members in stream:
-            texts.clear()
-            texts.update(zip(chunk_ids, chunk_texts))
-            yield chunk_ids, members
-    encoded = _stream(remember_texts(chunks), lambda cids: encode_docs([texts[i] for i in cids]), tops, score, ids)
+    encoded = _stream(chunks, encode_docs, tops, score, ids)
     return {name: {"run": tops[name].ranked(qids[name], ids) if name in tops else {}, "n_docs": sizes[name],
                    "uncertified": tops[name].uncertified() if name in tops else 0, "encoded_docs": encoded}
             for name in datasets}
