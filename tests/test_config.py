@@ -120,9 +120,13 @@ def test_data_dir(smoke, tmp_path):
     shared = find_shared_data()
     if shared is None:
         pytest.skip("shared data dir not found")
-    cfg = cc.validate({**smoke, "data_dir": str(shared)})
-    assert cfg["data"]["corpus"]["path"] == str(shared / "wiki1m_head.txt")
-    assert cfg["data"]["senteval"]["path"] == str(shared / "senteval")
+    real = shared.resolve()  # the checkout's ../shared may itself be a symlink
+    link = tmp_path / "linked-data"
+    link.symlink_to(shared, target_is_directory=True)
+    for given in (shared, link):  # a data_dir reached through a symlink names the real files
+        cfg = cc.validate({**smoke, "data_dir": str(given)})
+        assert cfg["data"]["corpus"]["path"] == str(real / "wiki1m_head.txt")
+        assert cfg["data"]["senteval"]["path"] == str(real / "senteval")
 
 
 def test_tracking_uri_env_wins(smoke, monkeypatch):

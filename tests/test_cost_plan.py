@@ -190,7 +190,7 @@ def test_training_settings_match_the_config_merge():
         for name, exp in cfg["experiments"].items():
             if exp["method"] == cselab_config.UNTRAINED:
                 continue
-            spec = cselab_config._merge_experiment(cfg, name)
+            spec = cselab_config.merge_experiment(cfg, name)
             mine = sizes.experiment(cselab_config.experiment_ids(cfg, [name])[0])
             assert mine["training"] == spec["training"], name
             assert mine["auxiliaries"] == sorted(spec["auxiliaries"]), name

@@ -1,0 +1,133 @@
+"""Checks across a validated config's sections: what its JSON schema cannot say (references
+between sections, a method's options and roles, figure kinds' options, rules across training
+settings). Each raises :class:`ConfigError` naming the key."""
+
+from __future__ import annotations
+
+from cselab.errors import ConfigError, check_schema
+from cselab.pipeline.experiments import UNTRAINED, merge_experiment
+
+
+def check_shared_corpora(beir: dict) -> None:
+    """Each group of ``evaluation.beir.shared_corpora`` names configured or known BEIR datasets,
+    each in one group."""
+    from cselab.data.beir import BEIR_SIZES, shared_corpus_groups
+
+    for name, members in (beir.get("shared_corpora") or {}).items():
+        unknown = [m for m in members if m not in beir["datasets"] and m not in BEIR_SIZES]
+        if unknown:  # a known BEIR dataset not configured is left out of the group
+            raise ConfigError(f"config key 'evaluation.beir.shared_corpora.{name}': unknown dataset {unknown[0]!r}; "
+                              f"valid: evaluation.beir.datasets or a BEIR dataset ({', '.join(sorted(BEIR_SIZES))})")
+    try:
+        shared_corpus_groups(beir)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def check_table_reports(cfg: dict) -> None:
+    """The seed planner and the protocol table name a configured table (the planner's baseline:
+    one of its experiments)."""
+    for key in ("seed_power", "protocols"):
+        table = cfg["evaluation"][key]["table"]
+        if table not in cfg["tables"]:
+            raise ConfigError(f"config key 'evaluation.{key}.table': unknown table {table!r}; defined under "
+                              f"'tables': {', '.join(sorted(cfg['tables']))}")
+    opts = cfg["evaluation"]["seed_power"]
+    if opts["baseline"] and opts["baseline"] not in cfg["tables"][opts["table"]]["experiments"]:
+        raise ConfigError(f"config key 'evaluation.seed_power.baseline': {opts['baseline']!r} is not an experiment "
+                          f"of table {opts['table']!r}: {', '.join(cfg['tables'][opts['table']]['experiments'])}")
+
+
+def check_export(cfg: dict) -> None:
+    """The exported tables and the MTEB check's experiments are configured ones."""
+    for table in cfg["export"]["tables"] or []:
+        if table not in cfg["tables"]:
+            raise ConfigError(f"config key 'export.tables': unknown table {table!r}; defined under "
+                              f"'tables': {', '.join(sorted(cfg['tables']))}")
+    for name in cfg["export"]["mteb_check"]["experiments"]:
+        if name not in cfg["experiments"]:
+            raise ConfigError(f"config key 'export.mteb_check.experiments': unknown experiment {name!r} "
+                              f"(defined under 'experiments')")
+
+
+def check_training(training: dict, where: str) -> None:
+    """Rules across a job's merged training settings."""
+    if training["holdout"] and training["subsampling"] != "none":
+        raise ConfigError(f"config key '{where}.holdout': a held-out split and subsampling "
+                          f"({training['subsampling']}) cannot be combined")
+    if training["chunk_size"] and not training["keyed_dropout"]:
+        raise ConfigError(f"config key '{where}.chunk_size': gradient caching replays dropout keyed by row; "
+                          f"set training.keyed_dropout: true or chunk_size: null")
+
+
+def check_figure(cfg: dict, fname: str, fig: dict) -> None:
+    """A figure's kind options (validated against the kind's declaration, defaults filled in)
+    and its experiments (defined; trained where the kind draws training runs; checked by the
+    kind; trained without the held-out slice where the kind reads it)."""
+    from cselab.reporting.kinds import figure_kinds
+
+    kind = figure_kinds()[fig["kind"]]
+    check_kind_options(fname, fig, kind)
+    experiments = fig.get("experiments", {})
+    if kind.reads and not experiments:
+        raise ConfigError(f"config key 'figures.{fname}.experiments': a {fig['kind']} figure draws experiments; "
+                          f"list them as legend label -> experiment name")
+    for label, exp in experiments.items():
+        where = f"figures.{fname}.experiments.{label}"
+        if exp not in cfg["experiments"]:
+            raise ConfigError(f"config key '{where}': unknown experiment {exp!r}; defined under "
+                              f"'experiments': {', '.join(sorted(cfg['experiments']))}")
+        trained = cfg["experiments"][exp]["method"] != UNTRAINED
+        if kind.trained and not trained:
+            raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
+                              f"needs a training run")
+        spec = merge_experiment(cfg, exp)
+        problem = kind.check(fig, spec) if kind.check else None
+        if problem:
+            raise ConfigError(f"config key '{where}': {exp!r} {problem}")
+        if kind.heldout and trained and spec["training"]["holdout"] != fig["holdout"]:
+            raise ConfigError(f"config key '{where}': {exp!r} must train without the held-out slice "
+                              f"(training.holdout: {fig['holdout']}), or its statistics are on training data")
+
+
+#: keys every figure has besides its kind's options
+FIGURE_KEYS = ("kind", "title", "experiments", "table")
+
+
+def check_kind_options(fname: str, fig: dict, kind) -> None:
+    """A figure's options against its kind's declared JSON-schema properties (one message naming
+    the key), then the kind's defaults filled in."""
+    sub = {"type": "object", "additionalProperties": False,
+           "properties": {**{k: {} for k in FIGURE_KEYS}, **kind.options}}
+    check_schema(fig, sub, where=f"figures.{fname}", context=f"figure kind {fig['kind']!r}")
+    for key, value in kind.defaults().items():
+        fig.setdefault(key, value)
+
+
+def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
+    """The primary and auxiliary methods of ``spec`` exist, take these roles, and accept their
+    options; every artifact they require names a pretraining stage."""
+    from cselab.training.method_config import method_config
+
+    key = f"{where}.{primary_key}" if primary_key else f"{where}.method"
+    primary = method_config(spec["objective"], where=key)
+    stage = where.startswith("pretraining.")
+    if not stage and "primary" not in primary.roles:
+        raise ConfigError(f"config key '{key}': method {spec['objective']!r} is an auxiliary objective only; "
+                          f"list it under 'auxiliaries' of a primary method")
+    options = primary.check_options(spec["options"], where=f"{where}.options")
+    required = dict(primary.requires(options))
+    for name, aux in spec.get("auxiliaries", {}).items():
+        if aux is None:
+            continue
+        cls = method_config(name, where=f"{where}.auxiliaries.{name}")
+        if "auxiliary" not in cls.roles:
+            raise ConfigError(f"config key '{where}.auxiliaries.{name}': method {name!r} cannot be an auxiliary "
+                              f"objective (it is a primary method)")
+        aux_options = cls.check_options(aux.get("options", {}), where=f"{where}.auxiliaries.{name}.options")
+        required.update(cls.requires(aux_options))
+    for role, stage_name in required.items():
+        if stage_name not in cfg.get("pretraining", {}):
+            defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
+            raise ConfigError(f"config key '{where}': its methods need the pretraining stage {stage_name!r} "
+                              f"(for {role}), which is not defined under 'pretraining' (defined: {defined})")

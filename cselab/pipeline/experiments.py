@@ -1,0 +1,231 @@
+"""Experiments: PLM + method + settings + seed, named by a readable id, and the specs of their jobs.
+
+An *experiment* is named by a readable id: ``<name>-s<seed>`` for trained models
+(``compcse-bert-base-s42``) and ``<name>`` for the untrained PLM (``untrained-bert-base``). Its
+settings are merged in this order, later wins: global ``training`` < ``plms.<plm>.training`` <
+``methods.<m>.training`` < ``experiments.<name>.training``; the same for ``options`` and, per
+auxiliary objective, for ``auxiliaries`` (an experiment setting an auxiliary to null drops it). A
+*pretraining stage* (``pretraining.<stage>``) is built once per PLM that an experiment needs it for.
+
+Every function here reads a config that :func:`cselab.pipeline.config.validate` resolved.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from cselab.errors import ConfigError
+from cselab.pipeline import outputs
+
+UNTRAINED = "untrained"
+
+_SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")
+
+
+def expand_methods_table(cfg: dict, tname: str) -> None:
+    """A ``methods`` table: one experiment per configured method on ``plm`` with the table's
+    training overrides. An experiment with exactly those settings is reused; otherwise
+    ``bench-<method>-<plm>`` is added."""
+    table = cfg["tables"][tname]
+    plm = table["plm"]
+    if plm not in cfg["plms"]:
+        raise ConfigError(f"config key 'tables.{tname}.plm': unknown PLM {plm!r}; "
+                          f"defined under 'plms': {', '.join(sorted(cfg['plms']))}")
+    methods = table.get("methods") or list(cfg["methods"])
+    for i, method in enumerate(methods):
+        if method not in cfg["methods"]:
+            raise ConfigError(f"config key 'tables.{tname}.methods[{i}]': unknown method {method!r}; "
+                              f"valid methods: {', '.join(sorted(cfg['methods']))}")
+    names = []
+    for method in methods:
+        entry = {"plm": plm, "method": method, **({"training": table["training"]} if table.get("training") else {})}
+        name = f"bench-{method}-{plm}"
+        cfg["experiments"].setdefault(name, entry)
+        wanted = _comparable(cfg, name)
+        same = [n for n, e in cfg["experiments"].items()
+                if n != name and e["method"] == method and seeds_of(cfg, n) == seeds_of(cfg, name)
+                and _comparable(cfg, n) == wanted]
+        if same and cfg["experiments"][name] == entry:
+            del cfg["experiments"][name]
+            name = same[0]
+        names.append(name)
+    table["experiments"] = names
+
+
+def _comparable(cfg: dict, name: str) -> dict:
+    spec = merge_experiment(cfg, name)
+    spec.pop("name")
+    return spec
+
+
+def _canonical(method: str, options: dict) -> dict:
+    """A method's options under their current names (a former name is an alias: the same experiment)."""
+    from cselab.training.method_config import find_config
+
+    cls = None if method == UNTRAINED else find_config(method)
+    return cls.canonical_options(options) if cls else dict(options)
+
+
+def merge_experiment(cfg: dict, name: str) -> dict:
+    exp = cfg["experiments"][name]
+    plm = cfg["plms"][exp["plm"]]
+    method = cfg["methods"].get(exp["method"], {})
+    training = {**cfg["training"], **plm.get("training", {}), **method.get("training", {}),
+                **exp.get("training", {})}
+    primary = method.get("objective", UNTRAINED)
+    options = {**_canonical(primary, method.get("options", {})), **_canonical(primary, exp.get("options", {}))}
+    auxiliaries = {aux: {**entry, "options": _canonical(aux, entry.get("options", {}))}
+                   for aux, entry in copy.deepcopy(method.get("auxiliaries", {})).items() if entry is not None}
+    for aux, override in exp.get("auxiliaries", {}).items():
+        if override is None:
+            auxiliaries.pop(aux, None)
+            continue
+        override = {**override, "options": _canonical(aux, override.get("options", {}))}
+        if aux in auxiliaries:
+            auxiliaries[aux] = {**auxiliaries[aux], **override,
+                                "options": {**auxiliaries[aux].get("options", {}), **override["options"]}}
+        else:
+            auxiliaries[aux] = override
+    for aux in auxiliaries.values():
+        aux.setdefault("weight", 1.0)
+        aux.setdefault("options", {})
+    return {"name": name, "plm": exp["plm"], "model": plm["model"], "method": exp["method"],
+            "objective": primary, "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
+            "auxiliaries": auxiliaries, "signature": "+".join([primary, *sorted(auxiliaries)]), "training": training}
+
+
+def seeds_of(cfg: dict, name: str) -> list[int]:
+    return list(cfg["experiments"][name].get("seeds", cfg["seeds"]))
+
+
+def experiment_ids(cfg: dict, names: list[str]) -> list[str]:
+    """Expand experiment names into ids, one per seed for trained experiments."""
+    ids = []
+    for name in names:
+        if cfg["experiments"][name]["method"] == UNTRAINED:
+            ids.append(name)
+        else:
+            ids.extend(f"{name}-s{seed}" for seed in seeds_of(cfg, name))
+    return ids
+
+
+def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
+    """Split an experiment id into (name, seed); raises ConfigError for an unknown id."""
+    if exp_id in cfg["experiments"] and cfg["experiments"][exp_id]["method"] == UNTRAINED:
+        return exp_id, None
+    m = _SEED_SUFFIX.match(exp_id)
+    if m and m["name"] in cfg["experiments"] and cfg["experiments"][m["name"]]["method"] != UNTRAINED:
+        return m["name"], int(m["seed"])
+    raise ConfigError(f"unknown experiment id {exp_id!r}: expected <name>-s<seed> for one of "
+                      f"{', '.join(sorted(cfg['experiments']))}")
+
+
+# A job's spec (a Snakemake rerun trigger and the checkpoints' fingerprint) holds exactly the
+# training settings that can change its output, so a setting that cannot never retrains anything:
+# - OPERATIONAL settings change how a job runs (speed, memory, logging, processes), never its numbers;
+# - USED_BY_METHODS are read only by the methods that declare them (Method.used_training_keys:
+#   the contrastive temperature, the pooled encoder forward's pooler and unpadded, BatchNorm heads'
+#   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
+# - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
+OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
+               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
+
+
+USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")
+
+
+SCORING = ("eval_steps", "eval_at_end")
+
+
+def _job_training(training: dict, components: list[dict], scored: bool) -> dict:
+    """The settings of ``training`` the job's methods (and, ``scored``, its dev scoring) can use."""
+    from cselab.training.method_config import method_config
+
+    used = {"pooler", "unpadded"} if scored else set()
+    for entry in components:
+        cls = method_config(entry["method"])
+        used.update(cls.used_training_keys(cls.check_options(entry["options"])))
+    drop = set(OPERATIONAL) | (set(USED_BY_METHODS) - used) | (set() if scored else set(SCORING))
+    return {k: v for k, v in training.items() if k not in drop}
+
+
+def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
+    """Everything that determines an experiment's training run (and nothing about evaluation)."""
+    from cselab.training.method_config import spec_components
+
+    name, seed = parse_id(cfg, exp_id)
+    spec = merge_experiment(cfg, name)
+    spec.update(id=exp_id, seed=seed)
+    spec["training"] = ({} if spec["objective"] == UNTRAINED  # nothing is trained
+                        else _job_training(spec["training"], spec_components(spec), scored=True))
+    return spec
+
+
+def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
+    """A pretraining stage for one PLM: global ``training`` < ``pretraining.<stage>.training``,
+    without the settings a stage cannot use (it is not scored on STS-B dev)."""
+    if stage not in cfg.get("pretraining", {}):
+        defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
+        raise ConfigError(f"unknown pretraining stage {stage!r}; defined: {defined}")
+    if plm not in cfg["plms"]:
+        raise ConfigError(f"unknown PLM {plm!r} for pretraining stage {stage!r}")
+    entry = cfg["pretraining"][stage]
+    options = _canonical(entry["method"], entry.get("options", {}))
+    training = _job_training({**cfg["training"], **entry.get("training", {})},
+                             [{"method": entry["method"], "options": options}], scored=False)
+    return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
+            "method": stage, "objective": entry["method"], "weight": 1.0, "options": options,
+            "auxiliaries": {}, "signature": entry["method"], "training": training,
+            "seed": entry.get("seed", cfg["seeds"][0])}  # a stage runs once per PLM: the first seed unless its own
+
+
+def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:
+    """The settings of an experiment (or pretraining stage) that change how it runs, not what it computes."""
+    if stage is not None:
+        training = {**cfg["training"], **cfg["pretraining"][stage].get("training", {})}
+    else:
+        training = merge_experiment(cfg, parse_id(cfg, exp_id)[0])["training"]
+    return {k: training[k] for k in OPERATIONAL if k in training}
+
+
+def artifacts(spec: dict) -> dict[str, str]:
+    """The upstream artifacts a spec's methods declared: role -> the pretraining stage's output."""
+    from cselab.training.method_config import required_artifacts
+
+    if spec["objective"] == UNTRAINED:
+        return {}
+    return {role: outputs.path(outputs.PRETRAINED, stage=stage, plm=spec["plm"])
+            for role, stage in required_artifacts(spec).items()}
+
+
+def is_trained(cfg: dict, exp_id: str) -> bool:
+    return parse_id(cfg, exp_id)[1] is not None
+
+
+def full_options(spec: dict) -> dict:
+    """What published rows match on: the primary method's options with its defaults filled in,
+    its ``weight``, and every auxiliary's options and weight as ``<auxiliary>.<option>`` /
+    ``<auxiliary>.weight``."""
+    import dataclasses
+
+    from cselab.training.method_config import method_config
+
+    if spec["objective"] == UNTRAINED:
+        return {}
+    out = {**dataclasses.asdict(method_config(spec["objective"]).check_options(spec["options"])),
+           "weight": spec["weight"]}
+    for name, aux in spec.get("auxiliaries", {}).items():
+        options = dataclasses.asdict(method_config(name).check_options(aux.get("options", {})))
+        out.update({f"{name}.{k}": v for k, v in options.items()}, **{f"{name}.weight": aux["weight"]})
+    return out
+
+
+def corpus_file(spec: dict) -> str:
+    """The training file of an experiment: the corpus, its subsampled expansion, or the corpus
+    without its held-out slice."""
+    strategy, holdout = spec["training"]["subsampling"], spec["training"]["holdout"]
+    if holdout:
+        return outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction=holdout)
+    return outputs.CORPUS if strategy == "none" else outputs.path(outputs.SUBSAMPLED, strategy=strategy)
