@@ -31,6 +31,37 @@ def test_cache_hit_miss_and_invalidation(tiny_encoder, tmp_path):
     assert calls == [3, 4, 3, 3]
 
 
+@pytest.mark.parametrize("damage", ["cut", "rewritten", "garbage"])
+def test_damaged_cache_entry_is_never_read_as_complete(tmp_path, caplog, damage):
+    """A cached array cut short, rewritten with another shape, or unreadable, beside a record
+    that still matches its sentences: a miss said in the log, encoded again, never loaded."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    calls = []
+
+    def encode(s):
+        calls.append(len(s))
+        return rows
+
+    cache = EmbeddingCache(tmp_path / "cache", model, {"pooler": "cls"})
+    cache.get("toy", ["a", "b", "c"], encode)
+    npy = cache.dir / "toy.npy"
+    if damage == "cut":
+        npy.write_bytes(npy.read_bytes()[:-8])
+    elif damage == "rewritten":  # a whole array of another shape, the record's size kept
+        np.save(npy, np.zeros((4, 3), dtype=np.float32))
+    else:
+        npy.write_bytes(b"\0" * npy.stat().st_size)
+    with caplog.at_level("WARNING", logger="cselab.evaluation.encoding"):
+        got = EmbeddingCache(tmp_path / "cache", model, {"pooler": "cls"}).get("toy", ["a", "b", "c"], encode)
+    np.testing.assert_array_equal(got, rows)
+    assert calls == [3, 3] and "damaged, encoding again" in caplog.text
+    assert EmbeddingCache(tmp_path / "cache", model, {"pooler": "cls"}).get("toy", ["a", "b", "c"], encode).shape \
+        == (3, 4) and calls == [3, 3]  # mended: a hit again
+
+
 def test_align_uniform_matches_numpy():
     rng = np.random.default_rng(0)
     sents = [f"s{i}" for i in range(12)]

@@ -294,6 +294,24 @@ def test_truncated_model_is_retrained_at_planning(reference, tmp_path):
            next(x for x in proc.stderr.splitlines() if "cselab:" in x), "-", 0)
 
 
+def test_damaged_embedding_cache_is_encoded_again(reference, tmp_path):
+    """A cached embedding array cut short after its job finished (its record intact): the next
+    evaluation finds it damaged by its recorded size, encodes again and writes the same table."""
+    import shutil
+
+    project = tmp_path / "copy"
+    shutil.copytree(reference, project, symlinks=True)
+    npy = sorted((project / "results" / "cache" / "embeddings").glob("*/sts*.npy"))[0]
+    npy.write_bytes(npy.read_bytes()[: npy.stat().st_size // 2])
+    proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = "".join(p.read_text() for p in (project / "logs" / "evaluate_sts").glob("*.log"))
+    line = next(x for x in log.splitlines() if "damaged, encoding again" in x)
+    assert npy.name in line and table(project) == table(reference)
+    record("embedding cache array cut short after its job", "found by its recorded size, encoded again, same table",
+           line, "-", 0)
+
+
 # -- tracking outage --------------------------------------------------------------------------------
 
 def start_server(port: int, root: Path) -> subprocess.Popen:

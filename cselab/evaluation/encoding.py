@@ -54,18 +54,42 @@ class EmbeddingCache:
         npy, meta = self.dir / f"{dataset}.npy", self.dir / f"{dataset}.json"
         digest = lines_sha256(sentences)
         if npy.is_file() and meta.is_file():
-            info = json.loads(meta.read_text())
-            if info.get("sentences_sha256") == digest and info.get("n") == len(sentences) \
-                    and info.get("dtype", "float32") == dtype:
+            hit = self._read(npy, meta, digest, len(sentences), dtype)
+            if hit is not None:
                 self.hits += 1
                 log.info("embedding cache hit: %s (%d sentences)", dataset, len(sentences))
-                return np.load(npy)
+                return hit
         self.misses += 1
         meta.unlink(missing_ok=True)
         emb = np.asarray(encode(sentences), dtype=dtype)
         with open_atomic(npy, "wb") as fh:
             np.save(fh, emb)
-        write_json(meta, {"n": len(sentences), "sentences_sha256": digest, "dim": emb.shape[1], "dtype": dtype})
+        write_json(meta, {"n": len(sentences), "sentences_sha256": digest, "dim": emb.shape[1], "dtype": dtype,
+                          "bytes": npy.stat().st_size})
+        return emb
+
+    @staticmethod
+    def _read(npy: Path, meta: Path, digest: str, n: int, dtype: str) -> np.ndarray | None:
+        """The cached array when its record matches these sentences and it is whole; a damaged
+        entry (cut short or rewritten since its record: a size or shape other than recorded) is a
+        miss, said in the log, and is encoded again."""
+        info = json.loads(meta.read_text())
+        if info.get("sentences_sha256") != digest or info.get("n") != n or info.get("dtype", "float32") != dtype:
+            return None
+        size = npy.stat().st_size
+        if info.get("bytes", size) != size:
+            log.warning("embedding cache %s has %d bytes, its record %d: damaged, encoding again", npy, size,
+                        info["bytes"])
+            return None
+        try:
+            emb = np.load(npy)
+        except (ValueError, OSError, EOFError) as e:
+            log.warning("embedding cache %s cannot be read (%s): damaged, encoding again", npy, e)
+            return None
+        if emb.shape != (n, info.get("dim", emb.shape[-1])):
+            log.warning("embedding cache %s has shape %s, its record (%d, %s): damaged, encoding again", npy,
+                        emb.shape, n, info.get("dim"))
+            return None
         return emb
 
 
