@@ -1,8 +1,8 @@
 """The registries of table kinds and figure kinds: each kind is declared once, where it is drawn
 or built, with what it reads, its options (and their defaults) and its draw function.
 
-- A *table kind* (:class:`TableKind`, declared in :mod:`cselab.reporting.tables`) names the
-  results each row reads, its columns (fixed, or from the evaluation settings), whether it
+- A *table kind* (:class:`TableKind`, registered with ``@table_kind`` in
+  :mod:`cselab.reporting.tables`, or in a plugin module) names the results each row reads, its columns (fixed, or from the evaluation settings), whether it
   averages them, its comparisons with SimCSE and any derived scores.
 - A *figure kind* (:class:`FigureKind`) is registered with :func:`figure_kind` on its draw
   function in a module of :mod:`cselab.reporting.figures` (the folder is scanned, no list to

@@ -274,25 +274,9 @@ def _pooler_scores(rows: list[dict]) -> list[dict]:
     return [{**r, "scores": {**r["scores"], "cls_before_pooler": r["scores"]["STS-B dev"]}} for r in rows]
 
 
-def _sts_columns(evaluation: dict) -> list[str]:
-    from cselab.evaluation.sts import STS_COLUMNS
-
-    return list(STS_COLUMNS)
-
-
-def _transfer_columns(evaluation: dict) -> list[str]:
-    from cselab.data.senteval import TRANSFER_TASKS
-
-    return [t for t in TRANSFER_TASKS if t in evaluation["transfer"]["tasks"]]
-
-
-def _fixed(*columns: str) -> Callable[[dict], list[str]]:
-    return lambda evaluation: list(columns)
-
-
 @dataclass(frozen=True)
 class TableKind:
-    """What a table kind reads per experiment and how it is shown (the one declaration of a kind).
+    """What a table kind reads per experiment and how it is shown (declared once, by :func:`table_kind`).
 
     ``results``: the result names a row reads (a score file, then optional per-item predictions
     for the paired bootstrap; :mod:`cselab.pipeline.outputs` maps them to files); ``columns``:
@@ -311,21 +295,67 @@ class TableKind:
     trained_only: bool = False
 
 
-TABLE_KINDS: dict[str, TableKind] = {
-    "sts": TableKind(("sts", "sts_pairs"), _sts_columns, average=True),
-    "stsb_dev": TableKind(("stsb_dev", "stsb_dev_pairs"), _fixed("STS-B dev")),
-    "transfer": TableKind(("transfer", "transfer_pairs"), _transfer_columns, average=True, metric="accuracy"),
-    "beir": TableKind(("beir",), lambda evaluation: list(evaluation["beir"]["datasets"]), average=True, digits=4),
-    "retrieval": TableKind(("stsb_retrieval",), _fixed("R@1", "R@5", "R@10")),
-    "geometry": TableKind(("geometry",), _fixed("alignment", "uniformity"), digits=3),
-    # every configured method on one PLM and budget: STS, STS-B dev and the transfer average
-    "methods": TableKind(("sts", "sts_pairs", "stsb_dev", "stsb_dev_pairs", "transfer", "transfer_pairs"),
-                         lambda evaluation: [*_sts_columns(evaluation), "STS avg", "STS-B dev", "transfer avg"],
-                         derive=_methods_scores, comparisons=_methods_comparisons),
-    # STS-B dev with ("cls") and without ("cls_before_pooler") the training head: trained experiments only
-    "pooler": TableKind(("stsb_dev_head", "stsb_dev"), _fixed("cls", "cls_before_pooler"), derive=_pooler_scores,
-                        trained_only=True),
-}
+TABLE_KINDS: dict[str, TableKind] = {}
+
+
+def table_kind(name: str, results: Sequence[str], **how) -> Callable:
+    """Register the decorated function (a table's columns from the evaluation settings) as table
+    kind ``name`` reading ``results`` (the other :class:`TableKind` fields as keywords). A plugin
+    module (the config's ``plugins:``) registers its own the same way."""
+    def register(columns: Callable[[dict], list[str]]) -> Callable[[dict], list[str]]:
+        if name in TABLE_KINDS:
+            raise ValueError(f"table kind {name!r} is registered twice")
+        TABLE_KINDS[name] = TableKind(tuple(results), columns, **how)
+        return columns
+    return register
+
+
+@table_kind("sts", ("sts", "sts_pairs"), average=True)
+def sts_columns(evaluation: dict) -> list[str]:
+    from cselab.evaluation.sts import STS_COLUMNS
+
+    return list(STS_COLUMNS)
+
+
+@table_kind("stsb_dev", ("stsb_dev", "stsb_dev_pairs"))
+def stsb_dev_columns(evaluation: dict) -> list[str]:
+    return ["STS-B dev"]
+
+
+@table_kind("transfer", ("transfer", "transfer_pairs"), average=True, metric="accuracy")
+def transfer_columns(evaluation: dict) -> list[str]:
+    from cselab.data.senteval import TRANSFER_TASKS
+
+    return [t for t in TRANSFER_TASKS if t in evaluation["transfer"]["tasks"]]
+
+
+@table_kind("beir", ("beir",), average=True, digits=4)
+def beir_columns(evaluation: dict) -> list[str]:
+    return list(evaluation["beir"]["datasets"])
+
+
+@table_kind("retrieval", ("stsb_retrieval",))
+def retrieval_columns(evaluation: dict) -> list[str]:
+    return ["R@1", "R@5", "R@10"]
+
+
+@table_kind("geometry", ("geometry",), digits=3)
+def geometry_columns(evaluation: dict) -> list[str]:
+    return ["alignment", "uniformity"]
+
+
+@table_kind("methods", ("sts", "sts_pairs", "stsb_dev", "stsb_dev_pairs", "transfer", "transfer_pairs"),
+            derive=_methods_scores, comparisons=_methods_comparisons)
+def methods_columns(evaluation: dict) -> list[str]:
+    """Every configured method on one PLM and budget: STS, STS-B dev and the transfer average."""
+    return [*sts_columns(evaluation), "STS avg", "STS-B dev", "transfer avg"]
+
+
+@table_kind("pooler", ("stsb_dev_head", "stsb_dev"), derive=_pooler_scores, trained_only=True)
+def pooler_columns(evaluation: dict) -> list[str]:
+    """STS-B dev with ("cls") and without ("cls_before_pooler") the training head: trained experiments only."""
+    return ["cls", "cls_before_pooler"]
+
 
 #: columns any table may add after its kind's own (``tables.<t>.extra_columns``): the result each reads
 EXTRA_COLUMNS: dict[str, str] = {"STS-B dev": "stsb_dev", "transfer avg (dev)": "transfer_dev"}
