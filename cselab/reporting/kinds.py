@@ -2,8 +2,9 @@
 or built, with what it reads, its options (and their defaults) and its draw function.
 
 - A *table kind* (:class:`TableKind`, registered with ``@table_kind`` in
-  :mod:`cselab.reporting.tables`, or in a plugin module) names the results each row reads, its columns (fixed, or from the evaluation settings), whether it
-  averages them, its comparisons with SimCSE and any derived scores.
+  :mod:`cselab.reporting.tables`, or in a plugin module) names the results each row reads, its
+  columns (fixed, or from the evaluation settings), whether it averages them, its comparisons
+  with SimCSE and any derived scores.
 - A *figure kind* (:class:`FigureKind`) is registered with :func:`figure_kind` on its draw
   function in a module of :mod:`cselab.reporting.figures` (the folder is scanned, no list to
   edit): what it reads per experiment (``curve``, ``model``, ``stsb_dev``, or nothing for a
