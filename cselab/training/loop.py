@@ -48,6 +48,7 @@ from cselab.io import link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import record_model_files, resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
+from cselab.settings import TrainingSettings, to_plain, training_settings
 from cselab.training import diagnostics
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
@@ -181,8 +182,12 @@ class Trainer:
     :meth:`step`, :meth:`checkpoint` and :meth:`finish`; :func:`train` runs them in order."""
 
     def __init__(self, spec: dict, t: dict, device: torch.device, out_dir: Path, dev_score: DevScore | None,
-                 on_log: Callable[[dict], None] | None):
-        self.spec, self.t, self.dev, self.dev_score, self.on_log = spec, t, device, dev_score, on_log
+                 on_log: Callable[[dict], None] | None, settings: TrainingSettings | None = None):
+        # the loop reads its settings typed (self.t, every key: a spec leaves some out); the methods
+        # and the optimizer get the job's dict (self.training) and read it by key
+        self.training = t
+        self.t = settings if settings is not None else training_settings(t)
+        self.spec, self.dev, self.dev_score, self.on_log = spec, device, dev_score, on_log
         self.out_dir, self.model_dir = Path(out_dir), Path(out_dir) / "model"
         self.main, self.world = D.is_main(), D.world_size()
         self.state = LoopState()
@@ -198,6 +203,12 @@ class Trainer:
         finally:
             self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - tic
 
+    def used(self, key: str) -> bool:
+        """Whether the job's spec holds ``key``: a setting read only by the methods that declare it
+        (``USED_BY_METHODS`` of :mod:`cselab.pipeline.experiments`) is left out of a spec whose
+        methods do not read it, which then runs as it always did without it."""
+        return key in self.training
+
     # -- set-up ------------------------------------------------------------------------------
 
     def set_up(self, corpus_path: Path, artifacts: dict | None, token_cache: Path | None) -> None:
@@ -206,33 +217,35 @@ class Trainer:
         spec, t = self.spec, self.t
         plm_dir = resolve_model(spec["model"])
         # a stage whose methods read no pooled embedding has no pooler / unpadded in its spec
-        self.encoder = load_encoder(plm_dir, pooler=t.get("pooler"), dropout=t["dropout"]).to(self.dev)
-        padded_because = self.encoder.use_unpadded(bool(t.get("unpadded")))
+        self.encoder = load_encoder(plm_dir, pooler=t.pooler if self.used("pooler") else None,
+                                    dropout=t.dropout).to(self.dev)
+        padded_because = self.encoder.use_unpadded(t.unpadded and self.used("unpadded"))
         if padded_because:
             log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
-        self.objective = build_objective({**spec, "training": t}, self.encoder, artifacts, plm_dir).to(self.dev)
+        self.objective = build_objective({**spec, "training": self.training}, self.encoder, artifacts,
+                                         plm_dir).to(self.dev)
         sentences = read_sentences(corpus_path, min_lines=2)
 
         def tokenize(texts: list[str]):
-            return tokenize_corpus(texts, self.encoder.tokenizer, t["max_len"], token_cache)
+            return tokenize_corpus(texts, self.encoder.tokenizer, t.max_len, token_cache)
 
         self.corpus = tokenize(sentences)
         self.objective.attach_corpus(sentences, self.corpus, tokenize)
         self.schedule = self._schedule(corpus_path)
-        self.peak = diagnostics.peak_flops(self.dev, t.get("peak_tflops"))
+        self.peak = diagnostics.peak_flops(self.dev, t.peak_tflops)
         self.encoder_parameters = sum(p.numel() for p in self.encoder.parameters())
 
     def _schedule(self, corpus_path: Path) -> Schedule:
         t, n = self.t, len(self.corpus)
-        batch_size = t["batch_size"]
+        batch_size = t.batch_size
         per_epoch = n // batch_size + (1 if n % batch_size >= 2 else 0)
         if per_epoch == 0:
             raise DataError(f"training corpus {corpus_path} has {n} sentences, fewer than 2 per batch")
-        total = per_epoch * t["epochs"]
-        if t["max_steps"]:
-            total = min(total, t["max_steps"])
-        last = min(total, t["stop_at"] or total)  # the last step actually trained
-        accumulate = t["accumulation_steps"]
+        total = per_epoch * t.epochs
+        if t.max_steps:
+            total = min(total, t.max_steps)
+        last = min(total, t.stop_at or total)  # the last step actually trained
+        accumulate = t.accumulation_steps
         remainder = n % batch_size
         smallest = remainder if remainder >= 2 and last >= per_epoch else batch_size  # the epoch's last batch
         if smallest < 2 * self.world * accumulate:  # a BatchNorm head or an in-batch loss needs 2 rows
@@ -243,11 +256,12 @@ class Trainer:
 
     def optimizer_and_schedule(self) -> None:
         """AdamW with the linear schedule, the data-order generator and the precision."""
-        self.optimizer = make_optimizer(self.encoder, self.objective, self.t, self.dev)
+        self.optimizer = make_optimizer(self.encoder, self.objective, self.training, self.dev)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        self.scheduler = linear_schedule(self.optimizer, self.schedule.total, warmup_steps(self.t, self.schedule.total))
+        self.scheduler = linear_schedule(self.optimizer, self.schedule.total,
+                                         warmup_steps(self.training, self.schedule.total))
         self.generator = torch.Generator().manual_seed(self.spec["seed"])
-        self.precision = Precision(self.t["precision"], self.dev)
+        self.precision = Precision(self.t.precision, self.dev)
 
     def process_group(self) -> None:
         """The trained networks as one module; on several processes DistributedDataParallel, with
@@ -255,7 +269,7 @@ class Trainer:
         trainable: nn.Module = Trainable(self.encoder, self.objective)
         if self.world > 1:
             # the single-process math, on every backend (absent: the methods have no BatchNorm head)
-            if self.t.get("batchnorm_stats") == "global":
+            if self.used("batchnorm_stats") and self.t.batchnorm_stats == "global":
                 D.global_batchnorm(trainable)
             if self.objective.runner.chunk_size:  # a backward in several passes: gradients averaged after them
                 self.trainable = self.forward = trainable
@@ -374,7 +388,8 @@ class Trainer:
         metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
         score, s = metrics["stsb_dev_spearman"], self.state
         log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
-        alarm = diagnostics.collapse_alarm(metrics, self.t.get("collapse") or {}) if s.step > 0 else None
+        limits = to_plain(self.t.collapse) if self.used("collapse") else {}  # absent: no alarm
+        alarm = diagnostics.collapse_alarm(metrics, limits) if s.step > 0 else None
         if alarm:
             log.warning("collapse alarm at step %d: %s (training.collapse)", s.step, alarm)
             s.alarms.append({"step": s.step, "reason": alarm})
@@ -415,7 +430,7 @@ class Trainer:
         if not isinstance(self.trainable, nn.parallel.DistributedDataParallel):
             D.average_gradients(self.params)  # gradient caching on several processes (no DDP)
         with record_function("cselab.optimizer"):
-            self.precision.step(self.optimizer, self.params, self.t["max_grad_norm"])
+            self.precision.step(self.optimizer, self.params, self.t.max_grad_norm)
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
@@ -425,8 +440,8 @@ class Trainer:
         """The logging window's means as a curve row (a new window begins)."""
         means, s = window.means(), self.state
         if not math.isfinite(means["loss"]):
-            behind = ", ".join(f"training.{k} {self.t[k]}" for k in ("lr", "precision", "max_grad_norm", "temperature")
-                               if k in self.t)
+            behind = ", ".join(f"training.{k} {getattr(self.t, k)}"
+                               for k in ("lr", "precision", "max_grad_norm", "temperature") if self.used(k))
             raise NumericError(f"loss became {means['loss']} by step {s.step} ({behind}): lower training.lr, or "
                                "train in bf16/fp32 where fp16 overflows")
         s.train_time += window.seconds
@@ -443,11 +458,11 @@ class Trainer:
         ``eval_steps`` (and the last step with ``eval_at_end``), checkpoints every
         ``checkpoint_steps``."""
         t, s, sched = self.t, self.state, self.schedule
-        multiple = t["pad_to_multiple_of"] or 1  # with compile, 8 unless set (train)
-        # a pretraining stage is not scored: its spec has no eval_steps / eval_at_end
-        eval_steps, log_steps, every = t.get("eval_steps") or 0, t["log_steps"], t["checkpoint_steps"]
+        multiple = t.pad_to_multiple_of or 1  # with compile, 8 unless set (train)
+        # a pretraining stage is not scored (no dev_score; its spec has no eval_steps / eval_at_end)
+        eval_steps, log_steps, every = t.eval_steps or 0, t.log_steps, t.checkpoint_steps
         window = Window.restore(s.window)
-        while s.epoch < t["epochs"] and s.step < sched.last:
+        while s.epoch < t.epochs and s.step < sched.last:
             if s.order is None:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
             while s.next_start < sched.per_epoch * sched.batch_size:
@@ -457,7 +472,7 @@ class Trainer:
                 if s.step % log_steps == 0 or s.step == sched.last:
                     window = self.log_window(window)
                 if self.dev_score is not None and ((eval_steps and s.step % eval_steps == 0)
-                                                   or (t.get("eval_at_end") and s.step == sched.last)):
+                                                   or (t.eval_at_end and s.step == sched.last)):
                     self.evaluate(keep=True)
                     self.encoder.train()
                     window.start = time.perf_counter() if window.steps == 0 else window.start
@@ -494,7 +509,7 @@ class Trainer:
                 raise NumericError("STS-B dev Spearman was NaN at every evaluation; the model collapsed")
             if self.dev_score is not None:
                 log.warning("no STS-B dev evaluation in %d steps (eval_steps %s): keeping the final weights", s.step,
-                            self.t.get("eval_steps"))
+                            self.t.eval_steps)
             s.best_step, s.best_dev = s.step, math.nan
             self.save_model()
         write_json(self.model_dir / "cselab.json",
@@ -509,7 +524,7 @@ class Trainer:
         log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec["id"],
                  len(self.corpus), sched.last, sched.total, sched.batch_size, " + ".join(self.objective.names),
                  self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not self.encoder.static_shapes
-                 else "padded", ", compiled" if t.get("compile") else "",
+                 else "padded", ", compiled" if t.compile else "",
                  f", {self.world} processes" if self.world > 1 else "")
 
 
@@ -535,10 +550,12 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
     t = {**spec["training"], **(operational or {})}
-    if t.get("compile") and not t.get("pad_to_multiple_of"):  # a compiled step: a few batch widths
+    settings = training_settings(t)  # typed; a key the spec leaves out takes its default
+    if settings.compile and not settings.pad_to_multiple_of:  # a compiled step: a few batch widths
         t["pad_to_multiple_of"] = 8
+        settings = dataclasses.replace(settings, pad_to_multiple_of=8)
     set_seed(spec["seed"])  # the same on every process: the data order is shared
-    run = Trainer(spec, t, _device(device), out_dir, dev_score, on_log)
+    run = Trainer(spec, t, _device(device), out_dir, dev_score, on_log, settings=settings)
     with run.phase("set_up"):
         run.set_up(corpus_path, artifacts, token_cache)
         run.optimizer_and_schedule()
@@ -546,8 +563,8 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
         checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
         resumed = run.resume(checkpoints)
     resumed_from = run.state.step
-    if t.get("compile"):
-        run.compile_step(mode=None if t["compile"] is True else t["compile"])
+    if settings.compile:
+        run.compile_step(mode=None if settings.compile is True else settings.compile)
     run.describe()
     if not resumed and dev_score is not None:
         run.evaluate(keep=False)

@@ -1,0 +1,39 @@
+"""Typed settings: frozen dataclasses are the single source of the config's schema, its
+defaults and its documentation (:mod:`cselab.settings.base`). ``python -m
+cselab.settings.generate`` writes ``cselab/schema/config.schema.json`` and ``docs/settings.md``
+from them. Imports no torch (the workflow reads it when it plans)."""
+
+from cselab.settings.base import fill_defaults, from_dict, schema_of, to_plain
+from cselab.settings.config import Config
+from cselab.settings.evaluation import Evaluation
+from cselab.settings.training import Training
+
+#: the typed training settings (the name the loop and the methods know them by)
+TrainingSettings = Training
+
+
+def config_schema() -> dict:
+    """The config's JSON schema as generated (before the table and figure kinds are enumerated)."""
+    from cselab.settings.generate import schema
+
+    return schema()
+
+
+def fill_config_defaults(config: dict) -> dict:
+    """``config`` (checked against the schema) with every missing key that has a default filled in."""
+    return fill_defaults(Config, config)
+
+
+def training_settings(d: dict) -> Training:
+    """A job's (or a section's) training settings, typed; a key the dict leaves out (a job's spec
+    holds only the settings its output depends on) takes its default."""
+    return from_dict(Training, d, where="training")
+
+
+def evaluation_settings(d: dict) -> Evaluation:
+    """The ``evaluation`` section, typed (missing keys: their defaults)."""
+    return from_dict(Evaluation, d, where="evaluation")
+
+
+__all__ = ["Config", "Evaluation", "Training", "TrainingSettings", "config_schema", "evaluation_settings",
+           "fill_config_defaults", "fill_defaults", "from_dict", "schema_of", "to_plain", "training_settings"]
