@@ -122,7 +122,7 @@ def test_cache_larger_than_declared_disk_is_one_message(tmp_path):
     from types import SimpleNamespace
 
     from cselab.errors import DataError
-    from cselab.pipeline.jobs.evaluate import _check_cache_disk
+    from cselab.evaluation.kinds.retrieval import check_cache_disk as _check_cache_disk
 
     manifest = {"root": str(tmp_path / "fever"), "counts": {"docs": 5_416_568}}
     smk = SimpleNamespace(resources={"disk_mb": 200})

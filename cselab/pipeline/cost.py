@@ -23,6 +23,7 @@ from typing import Callable
 
 from cselab.data.beir import BEIR_SIZES
 from cselab.errors import ConfigError, CselabError
+from cselab.evaluation.kinds import EvaluationKind, kind_of_rule
 from cselab.pipeline import outputs
 from cselab.pipeline.config import UNTRAINED, corpus_file, parse_id
 from cselab.reporting import cost as rc
@@ -296,18 +297,17 @@ def _exp_shape(s: Sizes, exp_id: str) -> rc.ModelShape:
     return s.shape(s.cfg["experiments"][name]["plm"])
 
 
-def evaluate_set(which: str) -> Model:
-    """The model of an evaluation that encodes one of :data:`cselab.reporting.cost.EVAL_SETS`."""
+def evaluation_default(kind: EvaluationKind) -> Model:
+    """An evaluation kind's default price: the job's start, plus encoding the
+    :data:`cselab.reporting.cost.EVAL_SETS` entry it declares it encodes (``encodes``; none: the
+    start alone, e.g. the training head over STS-B dev embeddings already cached)."""
     def model(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
-        name = f"stsb_{s.cfg['evaluation']['geometry']['split']}" if which == "geometry" else which
-        return _encoding(s, p, _exp_shape(s, job.wildcards["exp"]), *rc.EVAL_SETS[name])
-    model.__doc__ = f"An evaluation encoding the {which} sentences."
+        which = kind.eval_set(s.cfg)
+        if which is None:
+            return p.value("eval_job_s"), rc.MLFLOW_MB_PER_RUN
+        return _encoding(s, p, _exp_shape(s, job.wildcards["exp"]), *rc.EVAL_SETS[which])
+    model.__doc__ = f"Evaluation kind {kind.name!r}: the job's start and the sentences it encodes."
     return model
-
-
-def evaluate_stsb_dev_head(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
-    """The training head over STS-B dev embeddings already cached: the job's start alone."""
-    return p.value("eval_job_s"), rc.MLFLOW_MB_PER_RUN
 
 
 def evaluate_transfer(job: DryJob, s: Sizes, p: rc.Pricing, mode: str | None = None) -> tuple[float, float]:
@@ -462,12 +462,14 @@ def fixed(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     return p.value(f"job_s:{job.rule}"), rc.MLFLOW_MB_PER_RUN
 
 
+#: the evaluation rules whose price is more than their kind's default (:func:`evaluation_default`)
+EVALUATION_MODELS: dict[str, Model] = {
+    "evaluate_transfer": evaluate_transfer, "evaluate_transfer_dev": evaluate_transfer_dev,
+    "evaluate_beir": evaluate_beir, "evaluate_stsb_retrieval": evaluate_stsb_retrieval,
+}
+
 MODELS: dict[str, Model] = {
-    "train": train, "pretrain": pretrain, "evaluate_sts": evaluate_set("sts"),
-    "evaluate_stsb_dev": evaluate_set("stsb_dev"), "evaluate_geometry": evaluate_set("geometry"),
-    "evaluate_stsb_dev_head": evaluate_stsb_dev_head, "evaluate_transfer": evaluate_transfer,
-    "evaluate_transfer_dev": evaluate_transfer_dev, "evaluate_beir": evaluate_beir,
-    "evaluate_stsb_retrieval": evaluate_stsb_retrieval, "protocol_table": protocol_table,
+    "train": train, "pretrain": pretrain, "protocol_table": protocol_table,
     "segment_shard": segment_shard, "segment_corpus": segment_corpus, "subsample": subsample,
     "split_corpus": split_corpus, "prepare_corpus": prepare_corpus, "prepare_senteval": prepare_senteval,
     "prepare_beir": prepare_beir, "resolve_plm": resolve_plm, "leakage_audit": leakage_audit,
@@ -478,10 +480,14 @@ MODELS: dict[str, Model] = {
 
 
 def model_of(job: DryJob) -> Model:
-    """A job's model: its rule's, or for a rule of another name writing BEIR results (a shared
-    corpus's job) :func:`evaluate_beir`, else :func:`fixed`."""
+    """A job's model: its rule's, an evaluation kind's (:data:`EVALUATION_MODELS`, else its
+    default), for a rule of another name writing BEIR results (a shared corpus's job)
+    :func:`evaluate_beir`, else :func:`fixed`."""
     if job.rule in MODELS:
         return MODELS[job.rule]
+    kind = kind_of_rule(job.rule)
+    if kind is not None and "_shared_" not in job.rule:
+        return EVALUATION_MODELS.get(job.rule) or evaluation_default(kind)
     return evaluate_beir if beir_outputs(job) else fixed
 
 

@@ -7,6 +7,10 @@ Patterns use Snakemake's wildcard syntax (``{exp}``, ``{plm}``, ...); :func:`pat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from cselab.evaluation.kinds import result_files
+
 # Data (rule prepare_* / segment_corpus / subsample / resolve_plm)
 CORPUS = "resources/corpus/corpus.txt"
 CORPUS_MANIFEST = "resources/corpus/manifest.json"
@@ -38,21 +42,25 @@ EXPERIMENT_DIR = "results/experiments/{exp}"
 MODEL = EXPERIMENT_DIR + "/model"
 CURVE = EXPERIMENT_DIR + "/curve.csv"
 TRAIN_SUMMARY = EXPERIMENT_DIR + "/train_summary.json"
-RESULT = {
-    "sts": EXPERIMENT_DIR + "/sts.json",
-    "sts_pairs": EXPERIMENT_DIR + "/sts_pairs.npz",
-    "stsb_dev": EXPERIMENT_DIR + "/stsb_dev.json",
-    "stsb_dev_pairs": EXPERIMENT_DIR + "/stsb_dev_pairs.npz",
-    "transfer": EXPERIMENT_DIR + "/transfer.json",
-    "transfer_pairs": EXPERIMENT_DIR + "/transfer_pairs.npz",
-    # the transfer tasks' development accuracies under SentEval's dev protocol ("fast" parameters)
-    "transfer_dev": EXPERIMENT_DIR + "/transfer_dev.json",
-    "beir": EXPERIMENT_DIR + "/beir/{dataset}.json",
-    "stsb_retrieval": EXPERIMENT_DIR + "/stsb_retrieval.json",
-    "geometry": EXPERIMENT_DIR + "/geometry.json",
-    # STS-B dev through the training head (SimCSE's "cls" pooler; InfoCSE Table 9)
-    "stsb_dev_head": EXPERIMENT_DIR + "/stsb_dev_head.json",
-}
+
+
+class _Results(Mapping):
+    """Result name -> its file pattern, from the evaluation kinds' declarations
+    (:mod:`cselab.evaluation.kinds`, plugins included: read at each lookup)."""
+
+    def __getitem__(self, name: str) -> str:
+        return f"{EXPERIMENT_DIR}/{result_files()[name]}"
+
+    def __iter__(self):
+        return iter(result_files())
+
+    def __len__(self) -> int:
+        return len(result_files())
+
+
+#: the evaluation results of an experiment (``sts``, ``sts_pairs``, ``beir`` with ``{dataset}``, ...)
+RESULT: Mapping[str, str] = _Results()
+
 EMBEDDING_CACHE = "results/cache/embeddings"
 TOKEN_CACHE = "results/cache/tokens"  # tokenised training corpora, shared by experiments and seeds
 
