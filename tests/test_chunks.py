@@ -11,7 +11,7 @@ import torch
 from cselab.models import keyed
 from cselab.models.encoder import load_encoder
 from cselab.training.loop import train
-from cselab.training.methods import build_objective
+from cselab.training.methods import build_objective, registry
 from tests.helpers import make_corpus, make_tiny_generator, training_defaults
 from tests.test_distributed import run
 from tests.test_resume import Crash, assert_same_weights, crash_at, curve_rows, probe_dev
@@ -43,6 +43,24 @@ CASES = {
         "pretrained": False, "views": 2, "lower_dropout": True}}}),  # BERT-large's frozen copy, dropout on
     "infocse_pretrain": ("infocse_pretrain", {}, {}),
 }
+
+
+def default_case(method) -> tuple[str, dict, dict]:
+    """A registered method no case above names, at its default options (``generator`` the tiny
+    generator): primary on its own, or an auxiliary of SimCSE."""
+    import dataclasses
+
+    options = {f.name: "GEN" for f in dataclasses.fields(method.Options) if f.name == "generator"}
+    if "primary" in method.roles:
+        return method.name, options, {}
+    return "simcse", {}, {method.name: {"weight": 0.1, "options": options}}
+
+
+#: every method of cselab/training/methods has a case: a new one is covered at its defaults
+#: without a line here (the tests' own toy methods are not)
+CASES.update({name: default_case(method) for name, method in sorted(registry().items())
+              if method.__module__.startswith("cselab.")
+              and all(name != primary and name not in auxiliaries for primary, _, auxiliaries in CASES.values())})
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ settings). Each raises :class:`ConfigError` naming the key."""
 from __future__ import annotations
 
 from cselab.errors import ConfigError, check_schema
-from cselab.pipeline.experiments import UNTRAINED, merge_experiment
+from cselab.pipeline.experiments import RENAMED_METHODS, UNTRAINED, merge_experiment
 
 
 def check_shared_corpora(beir: dict) -> None:
@@ -116,6 +116,7 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
         raise ConfigError(f"config key '{key}': method {spec['objective']!r} is an auxiliary objective only; "
                           f"list it under 'auxiliaries' of a primary method")
     options = primary.check_options(spec["options"], where=f"{where}.options")
+    check_training_keys(cfg, primary, options, key)
     required = dict(primary.requires(options))
     for name, aux in spec.get("auxiliaries", {}).items():
         if aux is None:
@@ -125,9 +126,60 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
             raise ConfigError(f"config key '{where}.auxiliaries.{name}': method {name!r} cannot be an auxiliary "
                               f"objective (it is a primary method)")
         aux_options = cls.check_options(aux.get("options", {}), where=f"{where}.auxiliaries.{name}.options")
+        check_training_keys(cfg, cls, aux_options, f"{where}.auxiliaries.{name}")
         required.update(cls.requires(aux_options))
     for role, stage_name in required.items():
         if stage_name not in cfg.get("pretraining", {}):
             defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
             raise ConfigError(f"config key '{where}': its methods need the pretraining stage {stage_name!r} "
                               f"(for {role}), which is not defined under 'pretraining' (defined: {defined})")
+
+
+def check_training_keys(cfg: dict, cls, options, where: str) -> None:
+    """The training settings a method declares it reads (``training_keys``, and
+    ``used_training_keys`` for these options) are training settings: checked when the config is
+    read, not found missing by the job."""
+    valid = cfg["training"]
+    for key in cls.used_training_keys(options):
+        if key not in valid:
+            raise ConfigError(f"config key '{where}': method {cls.name!r} declares the training setting {key!r} "
+                              f"(training_keys), which is none; valid: {', '.join(sorted(valid))}")
+
+
+def _is_method_name(name: str) -> bool:
+    """Whether ``name`` is a registered method's: its declaration (torch-free: the built-in ones and
+    the plugins'), or an implementation when the methods are imported already."""
+    import sys
+
+    from cselab.training import method_config
+
+    if name in method_config._CONFIGS:
+        return True
+    methods = sys.modules.get("cselab.training.methods")
+    return methods is not None and name in methods.registry()
+
+
+def resolve_objectives(cfg: dict) -> None:
+    """One spelling per method: a ``methods:`` entry named after a registered method trains that
+    method (its ``objective`` is implied; naming another is an error); any other entry (a
+    composition or a variant: ``diffcse``, ``paradigm-mhe``) names its objective. Fills in the
+    implied objectives, so every later reader finds ``objective`` in each entry."""
+    from cselab.training.method_config import find_config, method_names
+
+    for key, entry in (cfg.get("methods") or {}).items():
+        if not isinstance(entry, dict):
+            continue  # the schema names it
+        objective = entry.get("objective")
+        if objective is None:
+            if _is_method_name(key) or find_config(key) is not None:
+                entry["objective"] = key
+                continue
+            former = {old: new for new, old in RENAMED_METHODS.items()}.get(key)
+            hint = f" (that entry is now {former!r})" if former else ""
+            raise ConfigError(f"config key 'methods.{key}': {key!r} is no method's name{hint}; an entry named "
+                              f"otherwise names the method it trains (objective: <method>); methods: "
+                              f"{', '.join(method_names())}")
+        elif objective != key and _is_method_name(key) and find_config(objective) is not None:  # (else: unknown)
+            raise ConfigError(f"config key 'methods.{key}.objective': the entry {key!r} is named after the method "
+                              f"{key!r} and trains it; drop 'objective: {objective}', or give the entry a name "
+                              f"of its own for a variant of {objective!r}")

@@ -25,11 +25,13 @@ from pathlib import Path
 
 from cselab.errors import ConfigError, check_schema
 from cselab.pipeline import checks
-from cselab.pipeline.experiments import (OPERATIONAL, SCORING, UNTRAINED, USED_BY_METHODS,  # noqa: F401 (re-exported)
+from cselab.pipeline.experiments import (OPERATIONAL, RENAMED_METHODS, SCORING, UNTRAINED,  # noqa: F401 (re-exported)
+                                         USED_BY_METHODS,
                                          artifacts, corpus_file, experiment_ids, experiment_spec,
                                          expand_methods_table, full_options, is_trained, merge_experiment,
                                          operational_settings, parse_id, pretraining_spec, seeds_of)
 from cselab.reporting.tables import TABLE_KINDS
+from cselab.settings import fill_config_defaults
 
 CORPUS_FILENAMES = ("wiki1m_for_simcse.txt", "wiki1m_head.txt")
 SENTEVAL_DIRNAMES = ("senteval", "downstream")
@@ -37,12 +39,19 @@ SENTEVAL_DIRNAMES = ("senteval", "downstream")
 
 def load_schema() -> dict:
     """The config schema, with the table and figure kinds enumerated from their registries
-    (:mod:`cselab.reporting.kinds`): a kind is declared once, where it is built."""
+    (:mod:`cselab.reporting.kinds`), and each evaluation kind's own settings as ``evaluation.<kind>``
+    (:mod:`cselab.evaluation.kinds`): a kind is declared once, where it is built."""
+    from cselab.evaluation.kinds import evaluation_kinds, settings_schema
     from cselab.reporting.kinds import figure_kinds, table_kinds
 
     schema = json.loads(resources.files("cselab").joinpath("schema/config.schema.json").read_text())
     for section, kinds in (("tables", table_kinds()), ("figures", figure_kinds())):
         schema["properties"][section]["additionalProperties"]["properties"]["kind"] = {"enum": sorted(kinds)}
+    evaluation = schema["properties"]["evaluation"]["properties"]
+    for kind in (k for k in evaluation_kinds().values() if k.settings is not None):
+        if kind.name in evaluation:
+            raise ConfigError(f"evaluation kind {kind.name!r}: 'evaluation.{kind.name}' is another setting; rename it")
+        evaluation[kind.name] = settings_schema(kind)
     return schema
 
 
@@ -68,8 +77,10 @@ def validate(config: dict) -> dict:
     """
     cfg = copy.deepcopy(dict(config))
     load_plugins(cfg.get("plugins") or [])
+    checks.resolve_objectives(cfg)  # an entry named after a method trains it
     check_finite(cfg)
     check_schema(cfg, load_schema())
+    cfg = fill_config_defaults(cfg)  # a key left out takes its default (cselab/settings)
     _check_methods(cfg)
     _check_tables(cfg)
     checks.check_table_reports(cfg)
@@ -126,8 +137,9 @@ def _check_methods(cfg: dict) -> None:
                               f"defined under 'plms': {', '.join(sorted(cfg['plms']))}")
         if exp["method"] != UNTRAINED and exp["method"] not in cfg["methods"]:
             valid = sorted(cfg["methods"]) + [UNTRAINED]
-            raise ConfigError(f"config key '{where}.method': unknown method {exp['method']!r}; "
-                              f"valid methods: {', '.join(valid)}")
+            former = {old: new for new, old in RENAMED_METHODS.items()}.get(exp["method"])
+            raise ConfigError(f"config key '{where}.method': unknown method {exp['method']!r}"
+                              f"{f' (now {former!r})' if former else ''}; valid methods: {', '.join(valid)}")
         if exp["method"] != UNTRAINED:
             checks.check_components(cfg, merge_experiment(cfg, name), where, primary_key=None)
 

@@ -23,6 +23,13 @@ UNTRAINED = "untrained"
 
 _SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")
 
+#: ``methods:`` entries renamed to their method's own name (one spelling per method: an entry named
+#: after a registered method trains it): the entry's key -> its former key, which the specs of its
+#: experiments keep as their ``method``. A spec is a train job's params (Snakemake's rerun
+#: trigger) and its checkpoints' fingerprint: the experiments trained before the rename are
+#: neither replanned nor retrained, and their tables and cards read as before.
+RENAMED_METHODS = {"simcse_edits": "simcse-edits"}
+
 
 def expand_methods_table(cfg: dict, tname: str) -> None:
     """A ``methods`` table: one experiment per configured method on ``plm`` with the table's
@@ -91,8 +98,9 @@ def merge_experiment(cfg: dict, name: str) -> dict:
     for aux in auxiliaries.values():
         aux.setdefault("weight", 1.0)
         aux.setdefault("options", {})
-    return {"name": name, "plm": exp["plm"], "model": plm["model"], "method": exp["method"],
-            "objective": primary, "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
+    return {"name": name, "plm": exp["plm"], "model": plm["model"],
+            "method": RENAMED_METHODS.get(exp["method"], exp["method"]), "objective": primary,
+            "weight": exp.get("weight", method.get("weight", 1.0)), "options": options,
             "auxiliaries": auxiliaries, "signature": "+".join([primary, *sorted(auxiliaries)]), "training": training}
 
 

@@ -33,7 +33,10 @@ AUXILIARIES = dict(fill=False, **NAMED,
 
 @settings
 class Method:
-    objective: str = setting(required=True, doc="the primary method: a module in cselab/training/methods")
+    objective: str = setting(None, fill=False,
+                             doc="the primary method: a registered method's name; implied when the entry is named "
+                                 "after one (methods.simcse trains simcse), given when it is a variant or a "
+                                 "composition (methods.diffcse: objective simcse plus its auxiliaries)")
     options: dict[str, Any] = setting({}, fill=False, doc="the method's options (its Options dataclass)")
     training: Overrides(Training) = setting({}, fill=False, doc="overrides of the global training settings")
     weight: float = setting(1.0, fill=False, minimum=0, doc="weight of the primary method's loss terms (default 1)")

@@ -124,6 +124,14 @@ class MethodConfig:
         """Upstream artifacts: role -> name of a ``pretraining:`` entry (built per PLM)."""
         return {}
 
+    @classmethod
+    def implementation(cls) -> type | None:
+        """The ``Method`` that trains a declaration made outside ``cselab/training/methods`` (a
+        plugin's): it imports torch and defines (or imports) its ``Method`` subclass here, called
+        when a job first builds the method, never when the workflow plans. None: the
+        implementation is in ``cselab/training/methods`` (the folder is scanned)."""
+        return None
+
 
 def find_config(name: str) -> type[MethodConfig] | None:
     """Method ``name``'s declaration (see :func:`method_config`), or None for no such method."""
@@ -132,6 +140,13 @@ def find_config(name: str) -> type[MethodConfig] | None:
     from cselab.training.methods import registry
 
     return registry().get(name)
+
+
+def method_names() -> list[str]:
+    """Every registered method's name: the declarations and the implementations (torch imported)."""
+    from cselab.training.methods import registry
+
+    return sorted(set(_CONFIGS) | set(registry()))
 
 
 def method_config(name: str, where: str = "objective") -> type[MethodConfig]:

@@ -17,6 +17,7 @@ import pandas as pd
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.pipeline.jobs import run, senteval_root, time_breakdown
+from cselab.settings import training_settings
 
 
 
@@ -25,7 +26,7 @@ def owner(out_dir: Path, smk, name: str, ops: dict):
     from cselab.pipeline.locks import experiment_owner
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    return experiment_owner(out_dir, f"rule {smk.rule} for {name}", wait_s=ops["owner_wait_s"])
+    return experiment_owner(out_dir, f"rule {smk.rule} for {name}", wait_s=training_settings(ops).owner_wait_s)
 
 
 def _artifacts(smk) -> dict[str, Path]:
@@ -64,13 +65,25 @@ def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
     kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
               "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
-    devices, nodes = ops["devices"], ops["nodes"]
+    world = training_settings(ops)
+    devices, nodes = world.devices, world.nodes
     if devices * nodes == 1:
         return train_job(kwargs)
-    return distributed.launch("cselab.training.loop:train_job", kwargs, devices=devices, nodes=nodes,
+    return distributed.launch("cselab.pipeline.jobs.train:train_job_with_plugins",
+                              {**kwargs, "plugins": smk.config.get("plugins") or []}, devices=devices, nodes=nodes,
                               workdir=out_dir / "launch",
-                              timeout_s=ops["dist_timeout_s"],
+                              timeout_s=world.dist_timeout_s,
                               log_file=smk.log[0] if smk.log else None, threads=int(smk.threads))
+
+
+def train_job_with_plugins(kwargs: dict):
+    """:func:`cselab.training.loop.train_job` in a worker process, the config's plugins imported
+    first (a method of one's own is built from its declaration there too)."""
+    from cselab.pipeline.config import load_plugins
+    from cselab.training.loop import train_job
+
+    load_plugins(kwargs.pop("plugins"))
+    return train_job(kwargs)
 
 
 def _check_corpus(corpus: Path) -> None:
@@ -100,7 +113,8 @@ def _stsb_dev(senteval: Path):
 
 
 def world_params(ops: dict) -> dict:
-    return {"world_size": ops["devices"] * ops["nodes"]}
+    world = training_settings(ops)
+    return {"world_size": world.devices * world.nodes}
 
 
 def _summary(result, r, scored: bool) -> dict:
@@ -147,7 +161,7 @@ def train(smk) -> None:
     ops = operational_settings(validate(smk.config), spec["id"])
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
-                        batch_size=ops["dev_batch_size"])
+                        batch_size=training_settings(ops).dev_batch_size)
     with owner(out_dir, smk, spec["id"], ops), _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r, scored=True),

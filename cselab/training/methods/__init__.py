@@ -59,9 +59,21 @@ def registry() -> dict[str, type["Method"]]:
 
 
 def method_class(name: str, where: str = "objective") -> type["Method"]:
+    """Method ``name``'s implementation: in this folder, or built by its declaration (a plugin's
+    :meth:`MethodConfig.implementation`, which registers it)."""
+    from cselab.training.method_config import _CONFIGS
+
     methods = registry()
+    if name not in methods and name in _CONFIGS:
+        built = _CONFIGS[name].implementation()
+        if built is not None:
+            methods.setdefault(name, built)
+    if name not in methods and name in _CONFIGS:
+        raise ConfigError(f"config key '{where}': method {name!r} is declared in {_CONFIGS[name].__module__} "
+                          "without an implementation: a Method subclass here, or its declaration's implementation()")
     if name not in methods:
-        raise ConfigError(f"config key '{where}': unknown method {name!r}; valid methods: {', '.join(sorted(methods))}")
+        valid = sorted(set(methods) | set(_CONFIGS))
+        raise ConfigError(f"config key '{where}': unknown method {name!r}; valid methods: {', '.join(valid)}")
     return methods[name]
 
 
@@ -267,6 +279,19 @@ def primary_views(shared: dict, key: str, rows: int, who: str, what: str, views:
     return value
 
 
+class Settings(dict):
+    """The training settings a method gets: one it reads but did not declare (``training_keys``),
+    which its job's spec therefore leaves out, is one message naming it, not a KeyError."""
+
+    def __init__(self, settings: dict, method: str):
+        super().__init__(settings)
+        self.method = method
+
+    def __missing__(self, key):
+        raise ConfigError(f"method {self.method!r} reads the training setting {key!r}, which it does not declare: "
+                          "add it to its training_keys (a job's spec holds the settings its methods declare)")
+
+
 def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
                     model_dir: Path | None = None) -> Objective:
     """The objective of an experiment ``spec`` (see :func:`cselab.pipeline.config.experiment_spec`)."""
@@ -276,8 +301,8 @@ def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] |
         cls = method_class(entry["method"])
         options = cls.check_options(entry["options"])
         own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
-        ctx = Context(encoder=encoder, options=options, training=spec["training"], artifacts=own, model_dir=model_dir,
-                      runner=runner)
+        ctx = Context(encoder=encoder, options=options, training=Settings(spec["training"], cls.name), artifacts=own,
+                      model_dir=model_dir, runner=runner)
         components.append((entry["method"], entry["weight"], cls(ctx)))
     objective = Objective(components, runner)
     keyed.install(encoder, "encoder")  # every trained network's dropout keyed by row (inactive outside a step)

@@ -1,0 +1,191 @@
+"""A method from a module of one's own: one module named under ``plugins:`` and one ``methods:``
+entry, nothing else edited. The module is CONTRIBUTING.md's walkthrough (ESimCSE's repeated
+words, ``simcse_repeat``), read from there so the walkthrough stays true: Snakemake plans its
+experiment without importing torch, the library trains it, and a method's declaration is checked
+when the config is read (its training settings; the one spelling of its name)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cselab.errors import ConfigError
+from cselab.pipeline import config as cc
+from cselab.training import method_config as mc
+from tests.test_config import deep_update
+from tests.test_planning import HEAVY, PLAN
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def walkthrough_module() -> str:
+    """The method module of CONTRIBUTING.md's walkthrough."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    found = re.search(r"```python\n(.*?name = \"simcse_repeat\".*?)```", text, re.S)
+    assert found, "CONTRIBUTING.md lost its walkthrough's module (name = \"simcse_repeat\")"
+    return found[1]
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    """The walkthrough's module in a temporary folder; imported here by a test, it leaves the
+    registries as they were."""
+    path = tmp_path / "esimcse.py"
+    path.write_text(walkthrough_module())
+    yield path
+    mc._CONFIGS.pop("simcse_repeat", None)
+    sys.modules.pop(f"cselab_plugin_{path.stem}", None)
+    methods = sys.modules.get("cselab.training.methods")
+    if methods is not None:
+        methods._REGISTRY.pop("simcse_repeat", None)
+
+
+def smoke_config(**patch) -> dict:
+    """configs/smoke.yaml (as a --configfile: over config.yaml) with ``patch`` merged in."""
+    return deep_update(yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()), patch)
+
+
+def with_repeat(plugin: Path) -> dict:
+    return smoke_config(plugins=[str(plugin)], methods={"simcse_repeat": {"options": {"dup_rate": 0.2}}},
+                        experiments={"repeat-minilm": {"plm": "minilm", "method": "simcse_repeat"}})
+
+
+def validated(cfg: dict) -> dict:
+    return cc.validate(deep_update(yaml.safe_load((ROOT / "config.yaml").read_text()), cfg))
+
+
+def test_a_plugin_method_is_planned_without_torch(plugin, tmp_path):
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(with_repeat(plugin)))
+    target = "results/experiments/repeat-minilm-s42/train_summary.json"
+    out = tmp_path / "imports.json"
+    args = ["-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n", "--cores", "2",
+            "--configfile", str(tmp_path / "test.yaml"), "--", target]
+    proc = subprocess.run([sys.executable, "-c", PLAN, ",".join(HEAVY), str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    got = json.loads(out.read_text())
+    assert got["code"] == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    jobs = re.findall(r"rule (\w+):\n(?:    .*\n)*?    wildcards: exp=([\w.-]+)", proc.stdout)
+    assert ("train", "repeat-minilm-s42") in jobs, proc.stdout[-3000:]
+    assert not got["loaded"] and not got["asked"], got  # the declaration planned it: no torch
+    # what the train job gets: the method, its options, the training settings it declared
+    spec = cc.experiment_spec(validated(with_repeat(plugin)), "repeat-minilm-s42")
+    assert (spec["method"], spec["objective"], spec["options"]) == ("simcse_repeat", "simcse_repeat",
+                                                                    {"dup_rate": 0.2})
+    assert {"temperature", "pooler", "unpadded"} <= set(spec["training"]) and "batchnorm_stats" not in spec["training"]
+
+
+def test_a_plugin_method_trains(plugin, tiny_bert, tmp_path):
+    """Two steps on a tiny random BERT through the library's loop, the positive a longer sentence."""
+    import csv
+    import math
+
+    import torch
+
+    from cselab.models.encoder import load_encoder
+    from cselab.training.loop import train
+    from cselab.training.methods import build_objective, method_class
+    from tests.helpers import make_corpus
+    from tests.test_train import spec_for
+
+    cc.load_plugins([str(plugin)])
+    cls = method_class("simcse_repeat")  # built by its declaration, registered
+    assert cls.name == "simcse_repeat" and issubclass(cls, mc.method_config("simcse_repeat"))
+    encoder = load_encoder(tiny_bert)
+    objective = build_objective(spec_for(tiny_bert, "simcse_repeat", {"dup_rate": 1.0}), encoder)
+    ids = encoder.tokenize(["a man plays a guitar on the street .", "hello world"], 16)
+    batch = {**encoder.pad(ids), "lengths": torch.tensor([len(i) for i in ids])}
+    torch.manual_seed(0)
+    prepared = objective.prepare(batch)
+    assert (prepared["pos_lengths"] >= batch["lengths"]).all() and (prepared["pos_lengths"] > batch["lengths"]).any()
+    first = prepared["pos_ids"][0, : int(prepared["pos_lengths"][0])].tolist()
+    assert first[0] == ids[0][0] and first[-1] == ids[0][-1] and set(first) == set(ids[0])  # repeats, nothing new
+
+    spec = spec_for(tiny_bert, "simcse_repeat", {"dup_rate": 0.5}, max_steps=2, eval_steps=2, log_steps=1)
+    result = train(spec, make_corpus(tmp_path / "corpus.txt", 40), lambda encoder: 1.0, tmp_path / "out")
+    assert result.steps == 2
+    losses = [float(r["loss"]) for r in csv.DictReader((tmp_path / "out" / "curve.csv").open()) if r.get("loss")]
+    assert losses and all(math.isfinite(x) and x > 0 for x in losses)
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_message(tmp_path):
+    with pytest.raises(ConfigError, match=r"plugins\[0\]'.*no plugin file"):
+        cc.load_plugins([str(tmp_path / "missing.py")])
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_here\n")
+    with pytest.raises(ConfigError, match=r"plugins\[1\]'.*could not import plugin.*no_such_module_here"):
+        validated(smoke_config(plugins=["json", str(broken)]))
+
+
+@pytest.fixture
+def bad_method():
+    """A declaration that reads a training setting which does not exist, registered for the test."""
+
+    class BadKeys(mc.MethodConfig):
+        name = "bad_keys"
+        training_keys = ("temperature", "temprature")
+
+    yield BadKeys
+    mc._CONFIGS.pop("bad_keys", None)
+
+
+def test_a_method_declaring_an_unknown_training_setting_is_refused_when_the_config_is_read(bad_method):
+    cfg = smoke_config(methods={"bad_keys": {}}, experiments={"bad-minilm": {"plm": "minilm", "method": "bad_keys"}})
+    with pytest.raises(ConfigError) as err:
+        validated(cfg)
+    msg = str(err.value)
+    assert "methods.bad_keys" in msg and "'bad_keys'" in msg and "'temprature'" in msg
+    assert "temperature" in msg.split("valid: ")[1].split(", ")
+
+
+def test_one_spelling_per_method():
+    # an entry named after a method trains it: no objective needed, another one refused
+    cfg = validated(smoke_config())
+    assert cfg["methods"]["simcse_edits"]["objective"] == "simcse_edits"
+    with pytest.raises(ConfigError, match=r"'methods.simcse_edits.objective'.*named after the method"):
+        validated(smoke_config(methods={"simcse_edits": {"objective": "simcse"}}))
+    # a variant names its objective; an entry that is neither is one message
+    assert validated(smoke_config())["methods"]["diffcse"]["objective"] == "simcse"
+    with pytest.raises(ConfigError, match=r"'methods.simcse-edits'.*no method's name \(that entry is now "
+                                          r"'simcse_edits'\)"):
+        validated(smoke_config(methods={"simcse-edits": {"options": {"use": "positive"}}}))
+    # the renamed entry's experiments keep their specs (a train job's params): nothing is retrained
+    assert cc.experiment_spec(cfg, "edit-neg-mlm-minilm-s42")["method"] == "simcse-edits"
+
+
+def test_a_method_reading_a_setting_it_did_not_declare_is_one_message(tiny_bert):
+    """What the config check cannot see (a method reading more than its ``training_keys``) is one
+    message naming the method and the setting when the job builds it, not a raw KeyError."""
+    from cselab.models.encoder import load_encoder
+    from cselab.training.methods import build_objective
+    from tests.test_train import spec_for
+
+    spec = spec_for(tiny_bert)
+    del spec["training"]["temperature"]  # as a spec built from a declaration without it
+    with pytest.raises(ConfigError, match=r"method 'simcse' reads the training setting 'temperature'.*training_keys"):
+        build_objective(spec, load_encoder(tiny_bert))
+
+
+def test_a_plugin_method_trains_in_its_snakemake_job(plugin, tiny_bert, tmp_path):
+    """The train job (its own process, which knows the method only from the config's plugins)
+    trains it: Snakemake runs the experiment's train rule on a tiny BERT and a synthetic corpus."""
+    from tests.helpers import make_corpus, make_senteval, make_transfer
+    from tests.test_workflow import snakemake, write_config
+
+    make_senteval(tmp_path / "data" / "senteval", n_extra=12)
+    make_transfer(tmp_path / "data" / "senteval")
+    make_corpus(tmp_path / "data" / "corpus.txt", 120)
+    (tmp_path / "tiny-bert").symlink_to(tiny_bert)
+    write_config(tmp_path)
+    cfg = yaml.safe_load((tmp_path / "test.yaml").read_text())
+    cfg.update(plugins=[str(plugin)], methods={"simcse_repeat": {"options": {"dup_rate": 0.5}}},
+               experiments={"repeat-tiny": {"plm": "tiny", "method": "simcse_repeat"}}, tables={})
+    cfg["training"].update(max_steps=4, eval_steps=4)
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(cfg))
+    target = "results/experiments/repeat-tiny-s42/train_summary.json"
+    snakemake(tmp_path, "--cores", "1", target)
+    summary = json.loads((tmp_path / target).read_text())
+    assert summary["experiment"] == "repeat-tiny-s42" and summary["steps"] == 4, summary
