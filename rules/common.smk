@@ -20,6 +20,7 @@ from cselab.pipeline import config as cselab_config
 from cselab.pipeline import outputs as OUT
 from cselab.pipeline import targets as cselab_targets
 from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
+from cselab.settings import typed_config
 
 try:
     CFG = cselab_config.validate(config)
@@ -210,6 +211,6 @@ onstart:
         raise WorkflowError(str(e))
 
     try:  # an unreachable tracking server stops the workflow here, before any job
-        init_store(resolve_tracking_uri(CFG), CFG["mlflow"]["experiment_name"])
+        init_store(resolve_tracking_uri(CFG), typed_config(CFG).mlflow.experiment_name)
     except CselabError as e:
         raise WorkflowError(str(e))

@@ -6,7 +6,7 @@ from cselab.reporting.cost import rates_file as cost_rates_file
 
 rule cost_plan:
     input:
-        rates=lambda wc: cfg_call(lambda cfg: str(cost_rates_file(cfg["cost_plan"]["device"]))),
+        rates=lambda wc: cfg_call(lambda cfg: str(cost_rates_file(typed_config(cfg).cost_plan.device))),
     output:
         csv=report(OUT.COST_PLAN_CSV, caption="../report/cost_plan.rst", category="Tables"),
         md=OUT.COST_PLAN_MD,

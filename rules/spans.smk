@@ -9,7 +9,7 @@
 from cselab.data.span_shards import shard_names
 from cselab.data.spans import segmentation_settings
 
-SPAN_SHARDS = cfg_call(lambda cfg: shard_names(cfg["spans"]["shards"]))
+SPAN_SHARDS = cfg_call(lambda cfg: shard_names(typed_config(cfg).spans.shards))
 
 
 rule segment_shard:

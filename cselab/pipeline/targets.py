@@ -5,28 +5,31 @@ are declared in :mod:`cselab.reporting` (:mod:`~cselab.reporting.tables`,
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 from cselab.pipeline import outputs
 from cselab.pipeline.config import experiment_ids, experiment_spec, full_options, is_trained
 from cselab.reporting.kinds import figure_kinds
 from cselab.reporting.tables import EXTRA_COLUMNS, TABLE_KINDS, kind_columns
+from cselab.settings import Training, training_settings, typed_config
 
 
 def table_columns(cfg: dict, name: str) -> list[str]:
     """A table's columns: its kind's (from the evaluation settings), then its extra columns."""
-    table = cfg["tables"][name]
-    return kind_columns(table["kind"], cfg["evaluation"], table.get("extra_columns", []))
+    table = typed_config(cfg).tables[name]
+    return kind_columns(table.kind, cfg["evaluation"], table.extra_columns)  # the kinds read the plain section
 
 
 def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
     """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
-    table = cfg["tables"][name]
-    results = dict.fromkeys([*TABLE_KINDS[table["kind"]].results,
-                             *(EXTRA_COLUMNS[c] for c in table.get("extra_columns", []))])
-    datasets = cfg["evaluation"]["beir"]["datasets"]
+    settings = typed_config(cfg)
+    table = settings.tables[name]
+    results = dict.fromkeys([*TABLE_KINDS[table.kind].results, *(EXTRA_COLUMNS[c] for c in table.extra_columns)])
+    datasets = settings.evaluation.beir.datasets
     out = {}
-    for exp in experiment_ids(cfg, table["experiments"]):
+    for exp in experiment_ids(cfg, list(table.experiments)):
         files = []
         for result in results:
             pattern = outputs.RESULT[result]
@@ -34,6 +37,16 @@ def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
                       else [outputs.path(pattern, exp=exp)])
         out[exp] = files
     return out
+
+
+@functools.lru_cache(maxsize=512)
+def _training_of(plain: str) -> Training:
+    return training_settings(json.loads(plain))
+
+
+def spec_training(spec: dict) -> Training:
+    """An experiment spec's training settings, typed (cached by value: planning asks per table row)."""
+    return _training_of(json.dumps(spec["training"], sort_keys=True))
 
 
 def table_rows(cfg: dict, name: str) -> list[dict]:
@@ -46,10 +59,10 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
     rows = []
     for exp_id, files in table_inputs(cfg, name).items():
         spec = experiment_spec(cfg, exp_id)
-        trained = spec["seed"] is not None
-        options = {**full_options(spec), "subsampling": spec["training"]["subsampling"]} if trained else {}
+        trained, t = spec["seed"] is not None, spec_training(spec)
+        options = {**full_options(spec), "subsampling": t.subsampling} if trained else {}
         rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
-                     "setting": training_setting(cfg, spec) if trained else None, "id": exp_id, "files": files,
+                     "setting": training_setting(cfg, t) if trained else None, "id": exp_id, "files": files,
                      "summary": outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id) if trained else None})
     return rows
 
@@ -59,26 +72,25 @@ def table_summaries(cfg: dict, name: str) -> list[str]:
     return [outputs.path(outputs.TRAIN_SUMMARY, exp=e) for e in table_inputs(cfg, name) if is_trained(cfg, e)]
 
 
-def training_setting(cfg: dict, spec: dict) -> dict:
-    """An experiment's training setting as a table note compares it with a paper's
-    (:data:`cselab.reporting.published.SETTING_KEYS`)."""
-    t = spec["training"]
-    out = {"precision": t["precision"], "lr": t["lr"], "batch_size": t["batch_size"], "epochs": t["epochs"],
-           "max_steps": t["max_steps"] or None, "max_len": t["max_len"], "corpus": corpus_label(cfg, spec)}
-    if t["subsampling"] != "none":
-        out["segmenter"] = cfg["spans"]["segmenter"]
+def training_setting(cfg: dict, t: Training) -> dict:
+    """An experiment's training setting (``t``: its spec's) as a table note compares it with a
+    paper's (:data:`cselab.reporting.published.SETTING_KEYS`)."""
+    out = {"precision": t.precision, "lr": t.lr, "batch_size": t.batch_size, "epochs": t.epochs,
+           "max_steps": t.max_steps or None, "max_len": t.max_len, "corpus": corpus_label(cfg, t)}
+    if t.subsampling != "none":
+        out["segmenter"] = typed_config(cfg).spans.segmenter
     return out
 
 
-def corpus_label(cfg: dict, spec: dict) -> str:
-    """The training corpus in words: its file name, ``first N lines`` when capped, the held-out
-    slice it leaves out."""
-    corpus = cfg["data"]["corpus"]
-    label = Path(corpus.get("path") or corpus["url"]).name
-    if corpus.get("max_lines"):
-        label += f", first {corpus['max_lines']:,} lines"
-    if spec["training"]["holdout"]:
-        label += f", without a {spec['training']['holdout']:g} held-out slice"
+def corpus_label(cfg: dict, t: Training) -> str:
+    """The training corpus in words (``t``: an experiment's training settings): its file name,
+    ``first N lines`` when capped, the held-out slice it leaves out."""
+    corpus = typed_config(cfg).data.corpus
+    label = Path(corpus.path or corpus.url).name
+    if corpus.max_lines:
+        label += f", first {corpus.max_lines:,} lines"
+    if t.holdout:
+        label += f", without a {t.holdout:g} held-out slice"
     return label
 
 
@@ -86,10 +98,10 @@ def leakage_corpora(cfg: dict) -> dict[str, str]:
     """The training files the leakage audit reads, by label: the corpus and each subsampled set
     a configured experiment trains on (a held-out split trains on part of the corpus)."""
     out = {"corpus": outputs.CORPUS}
-    for name in cfg["experiments"]:
+    for name in typed_config(cfg).experiments:
         first = experiment_ids(cfg, [name])[0]
         if is_trained(cfg, first):
-            strategy = experiment_spec(cfg, first)["training"]["subsampling"]
+            strategy = spec_training(experiment_spec(cfg, first)).subsampling
             if strategy != "none":
                 out[f"subsampled ({strategy})"] = outputs.path(outputs.SUBSAMPLED, strategy=strategy)
     return out
@@ -100,30 +112,32 @@ def seed_power_inputs(cfg: dict) -> dict[str, dict[str, list[str]]]:
     per metric, the per-item predictions of every seed."""
     from cselab.reporting.power import METRICS
 
-    opts = cfg["evaluation"]["seed_power"]
+    settings = typed_config(cfg)
+    planner = settings.evaluation.seed_power
     out = {}
-    for name in cfg["tables"][opts["table"]]["experiments"]:
+    for name in settings.tables[planner.table].experiments:
         ids = experiment_ids(cfg, [name])
         if is_trained(cfg, ids[0]):
-            out[name] = {m: [outputs.path(outputs.RESULT[METRICS[m][0]], exp=e) for e in ids] for m in opts["metrics"]}
+            out[name] = {m: [outputs.path(outputs.RESULT[METRICS[m][0]], exp=e) for e in ids] for m in planner.metrics}
     return out
 
 
 def seed_power_baseline(cfg: dict) -> str:
     """The planner's baseline: ``evaluation.seed_power.baseline``, else its table's first trained experiment."""
-    return cfg["evaluation"]["seed_power"]["baseline"] or next(iter(seed_power_inputs(cfg)))
+    return typed_config(cfg).evaluation.seed_power.baseline or next(iter(seed_power_inputs(cfg)))
 
 
 def protocol_checkpoints(cfg: dict) -> dict[str, str]:
     """The protocol table's checkpoints (``evaluation.protocols.table``): every seed of every
     experiment of the table (an untrained one: its PLM), by experiment id."""
-    table = cfg["tables"][cfg["evaluation"]["protocols"]["table"]]
-    return {e: model_input(cfg, e) for e in experiment_ids(cfg, table["experiments"])}
+    settings = typed_config(cfg)
+    table = settings.tables[settings.evaluation.protocols.table]
+    return {e: model_input(cfg, e) for e in experiment_ids(cfg, list(table.experiments))}
 
 
 def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
     """Legend label -> experiment id (the first seed of each trained experiment)."""
-    return {label: experiment_ids(cfg, [exp])[0] for label, exp in cfg["figures"][name].get("experiments", {}).items()}
+    return {label: experiment_ids(cfg, [exp])[0] for label, exp in typed_config(cfg).figures[name].experiments.items()}
 
 
 def model_input(cfg: dict, exp_id: str) -> str:
@@ -135,7 +149,7 @@ def model_input(cfg: dict, exp_id: str) -> str:
 
 def figure_inputs(cfg: dict, name: str) -> dict[str, dict[str, str]]:
     """Label -> {what the figure's kind reads: the file} (:mod:`cselab.reporting.kinds`)."""
-    kind = figure_kinds()[cfg["figures"][name]["kind"]]
+    kind = figure_kinds()[typed_config(cfg).figures[name].kind]
     where = {"curve": lambda e: outputs.path(outputs.CURVE, exp=e), "model": lambda e: model_input(cfg, e),
              "stsb_dev": lambda e: outputs.path(outputs.RESULT["stsb_dev"], exp=e)}
     return {label: {read: where[read](exp_id) for read in kind.reads}
@@ -144,26 +158,27 @@ def figure_inputs(cfg: dict, name: str) -> dict[str, dict[str, str]]:
 
 def figure_values(cfg: dict, name: str) -> dict[str, float]:
     """A sweep's x values: label -> the kind's value of the experiment (e.g. its swept option)."""
-    fig = cfg["figures"][name]
-    kind = figure_kinds()[fig["kind"]]
+    kind = figure_kinds()[typed_config(cfg).figures[name].kind]
     if kind.values is None:
         return {}
-    return {label: kind.values(fig, experiment_spec(cfg, exp_id))
+    options = cfg["figures"][name]  # the kind's own options: declared with the kind, a dict
+    return {label: kind.values(options, experiment_spec(cfg, exp_id))
             for label, exp_id in figure_experiments(cfg, name).items()}
 
 
 def heldout_file(cfg: dict, name: str) -> str | None:
-    fig = cfg["figures"][name]
-    if not figure_kinds()[fig["kind"]].heldout:
+    if not figure_kinds()[typed_config(cfg).figures[name].kind].heldout:
         return None
-    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=fig["holdout"])
+    options = cfg["figures"][name]  # a heldout kind's own option: declared with the kind, a dict
+    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=options["holdout"])
 
 
 # -- sharing: MTEB result files, model cards, ONNX, export folders (target `exports`) -----------
 
 def export_experiments(cfg: dict) -> list[str]:
     """The experiment ids of ``export.tables`` (every table when null), in table order."""
-    tables = cfg["export"]["tables"] or list(cfg["tables"])
+    settings = typed_config(cfg)
+    tables = settings.export.tables or list(settings.tables)
     return list(dict.fromkeys(e for t in tables for e in table_inputs(cfg, t)))
 
 
@@ -175,7 +190,7 @@ def mteb_sources(cfg: dict, exp_id: str) -> list[tuple[str, str, str]]:
     transfer = outputs.path(outputs.RESULT["transfer"], exp=exp_id)
     if Path(transfer).is_file():
         sources.append(("transfer", transfer, outputs.SENTEVAL_MANIFEST))
-    for d in cfg["evaluation"]["beir"]["datasets"]:
+    for d in typed_config(cfg).evaluation.beir.datasets:
         beir = outputs.path(outputs.RESULT["beir"], exp=exp_id, dataset=d)
         if Path(beir).is_file():
             sources.append(("beir", beir, outputs.path(outputs.BEIR_MANIFEST, dataset=d)))
@@ -196,7 +211,7 @@ def card_inputs(cfg: dict, exp_id: str) -> dict[str, str]:
 
 def mteb_check_inputs(cfg: dict) -> dict[str, dict[str, str]]:
     """Per experiment id of ``export.mteb_check.experiments``: its checkpoint and STS results."""
-    ids = experiment_ids(cfg, cfg["export"]["mteb_check"]["experiments"])
+    ids = experiment_ids(cfg, list(typed_config(cfg).export.mteb_check.experiments))
     return {e: {"model": model_input(cfg, e), "sts": outputs.path(outputs.RESULT["sts"], exp=e)} for e in ids}
 
 

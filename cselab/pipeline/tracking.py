@@ -203,8 +203,9 @@ def resolve(uri: str, fallback: str = "none") -> Target:
 def resolve_tracking(cfg: dict) -> Target:
     """:func:`resolve` for a validated config (``MLFLOW_TRACKING_URI`` wins over the config)."""
     from cselab.pipeline.config import tracking_uri
+    from cselab.settings import typed_config
 
-    return resolve(tracking_uri(cfg), cfg["mlflow"]["fallback"])
+    return resolve(tracking_uri(cfg), typed_config(cfg).mlflow.fallback)
 
 
 def resolve_tracking_uri(cfg: dict) -> str:
