@@ -22,10 +22,27 @@ from cselab.pipeline import targets as cselab_targets
 from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 from cselab.settings import typed_config
 
+def _config_sources():
+    """The config's sources in Snakemake's order (later wins): the workflow's config.yaml, each
+    --configfile, then --config's values."""
+    import yaml
+
+    given = [str(p) for p in workflow.config_settings.configfiles]
+    files = [str(p) for p in workflow.configfiles if str(p) not in given] + given
+    loaded = []
+    for path in files:
+        with open(path) as fh:
+            loaded.append((os.path.relpath(path), yaml.safe_load(fh) or {}))
+    return loaded + [("--config", dict(workflow.config_settings.config))]
+
+
 try:
     CFG = cselab_config.validate(config)
 except CselabError as e:
-    raise WorkflowError(f"invalid configuration: {e}")
+    from cselab.pipeline.checks import key_origin
+
+    _origin = key_origin(str(e), _config_sources())
+    raise WorkflowError(f"invalid configuration: {e}" + (f" [set in {_origin}]" if _origin else ""))
 
 # Inside a cluster job (not the invocation that submits): SLURM's warning signal before the time
 # limit (--signal=USR1@<s>, profiles/slurm) is for the training process, which checkpoints and

@@ -319,3 +319,28 @@ def test_seed_planner_and_protocol_inputs(smoke):
 def test_report_tables_are_named_clearly(smoke, patch, message):
     with pytest.raises(ConfigError, match=message):
         cc.validate(deep_update(smoke, {"evaluation": patch}))
+
+
+def test_a_bad_key_names_the_file_or_flag_that_set_it(tmp_path):
+    """The one message of a bad setting also says where it was set: config.yaml, a
+    --configfile, or --config (later wins, as Snakemake merges them)."""
+    import subprocess
+    import sys
+
+    from cselab.pipeline.checks import key_origin
+
+    sources = [("config.yaml", {"training": {"lr": 3e-5}, "tables": {"t": {"experiments": ["a", "b"]}}}),
+               ("mine.yaml", {"training": {"lr": -1.0}}), ("--config", {})]
+    assert key_origin("config key 'training.lr': -1.0 is less than 0", sources) == "mine.yaml"
+    assert key_origin("config key 'tables.t.experiments[1]': unknown", sources) == "config.yaml"
+    assert key_origin("config key 'tables.t.experiments.1': unknown", sources) == "config.yaml"
+    assert key_origin("config key 'evaluation.pooler': bad", sources) is None  # a default: set nowhere
+    root = Path(__file__).resolve().parents[1]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments:\n  simcse-minilm: {plm: minilm, method: simcse, options: {head: nope}}\n")
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-s", str(root / "Snakefile"), "--directory",
+                          str(tmp_path), "--configfile", str(root / "configs" / "smoke.yaml"), str(bad)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "config key 'experiments.simcse-minilm.options.head'" in said and "[set in bad.yaml]" in said, said[-2000:]

@@ -4,6 +4,8 @@ settings). Each raises :class:`ConfigError` naming the key."""
 
 from __future__ import annotations
 
+import re
+
 from cselab.errors import ConfigError, check_schema
 from cselab.pipeline.experiments import RENAMED_METHODS, UNTRAINED, merge_experiment
 
@@ -183,3 +185,50 @@ def resolve_objectives(cfg: dict) -> None:
             raise ConfigError(f"config key 'methods.{key}.objective': the entry {key!r} is named after the method "
                               f"{key!r} and trains it; drop 'objective: {objective}', or give the entry a name "
                               f"of its own for a variant of {objective!r}")
+
+
+_KEY = re.compile(r"config key '([^']+)'")
+
+
+def key_origin(message: str, sources: list[tuple[str, dict]]) -> str | None:
+    """Where the key a ConfigError ``message`` names was set: the last of ``sources`` (config
+    files, then ``--config``, in Snakemake's order: later wins) that holds it; None when none does
+    (a default) or the message names no key."""
+    found = _KEY.search(message)
+    if not found:
+        return None
+    path = found.group(1)
+    origin = None
+    for name, source in sources:
+        if _holds(source, path):
+            origin = name
+    return origin
+
+
+def _holds(node, path: str) -> bool:
+    """Whether ``node`` holds the dotted ``path`` (``a.b[2].c``; a key may itself contain dots)."""
+    if not path:
+        return True
+    if isinstance(node, list):
+        index = re.match(r"^\[(\d+)\]\.?|^(\d+)(?:\.|$)", path)  # a[2].b, or jsonschema's a.2.b
+        i = int(index.group(1) or index.group(2)) if index else len(node)
+        return i < len(node) and _holds(node[i], path[index.end():])
+    if not isinstance(node, dict):
+        return False
+    for key in sorted(map(str, node), key=len, reverse=True):  # the longest key first: "0.3" before "0"
+        if path == key or path.startswith(key + ".") or path.startswith(key + "["):
+            rest = path[len(key):].removeprefix(".")
+            value = node.get(key, node.get(_number(key)))
+            if _holds(value, rest):
+                return True
+    return False
+
+
+def _number(key: str):
+    try:
+        return int(key)
+    except ValueError:
+        try:
+            return float(key)
+        except ValueError:
+            return key
