@@ -22,6 +22,7 @@ include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/figures.smk"
+include: "rules/sweeps.smk"
 include: "rules/export.smk"
 include: "rules/cost.smk"
 

@@ -105,6 +105,8 @@ def explain(error, where: str = "") -> str:
                     f"{error.validator_value}; YAML reads 3e-5 as text, write 3.0e-5")
         except ValueError:
             pass
+    if error.validator == "not" and error.validator_value == {}:
+        return f"config key '{key}' is filled in by the workflow; a config does not set it"
     if error.validator == "propertyNames":
         return (f"config key '{key}': name {error.instance!r} may contain only letters, digits, "
                 f"'.', '_' and '-'")

@@ -102,12 +102,13 @@ ENCODER = cselab_config.encoder_settings(CFG)
 
 
 wildcard_constraints:
-    exp="[A-Za-z0-9][A-Za-z0-9._-]*",
+    exp="[A-Za-z0-9][A-Za-z0-9._@=+-]*",  # a sweep's point: <base>@<key>=<value>+... (cselab/pipeline/sweeps.py)
     plm="[A-Za-z0-9][A-Za-z0-9._-]*",
     stage="[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset="[A-Za-z0-9][A-Za-z0-9._-]*",
     table="|".join(CFG["tables"]),
     figure="|".join(CFG.get("figures", {})) or "no-figures",
+    sweep="|".join(CFG.get("sweeps") or {}) or "no-sweeps",
     strategy="adjacent|overlapping|subsuming",
     fraction="0\.[0-9]+",
 

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from cselab.errors import ConfigError, check_schema
-from cselab.pipeline import checks
+from cselab.pipeline import checks, sweeps
 from cselab.pipeline.experiments import (OPERATIONAL, RENAMED_METHODS, SCORING, UNTRAINED,  # noqa: F401 (re-exported)
                                          USED_BY_METHODS,
                                          artifacts, corpus_file, experiment_ids, experiment_spec,
@@ -72,8 +72,8 @@ def check_finite(node, where: str = "") -> None:
 
 def validate(config: dict) -> dict:
     """Validate ``config`` against the schema and the registries; return a resolved deep copy
-    (plugins imported, ``methods`` tables expanded into their experiments, ``data_dir`` into
-    data paths). Raises :class:`ConfigError` with one message naming the first offending key.
+    (plugins imported, ``methods`` tables and ``sweeps`` expanded into their experiments, ``data_dir``
+    into data paths). Raises :class:`ConfigError` with one message naming the first offending key.
     """
     cfg = copy.deepcopy(dict(config))
     load_plugins(cfg.get("plugins") or [])
@@ -82,6 +82,7 @@ def validate(config: dict) -> dict:
     check_schema(cfg, load_schema())
     cfg = fill_config_defaults(cfg)  # a key left out takes its default (cselab/settings)
     _check_methods(cfg)
+    sweeps.take_table_entries(cfg)  # a table's sweep:<name> (the sweep's winner) is no experiment
     _check_tables(cfg)
     checks.check_table_reports(cfg)
     checks.check_export(cfg)
@@ -92,6 +93,7 @@ def validate(config: dict) -> dict:
         checks.check_training(merge_experiment(cfg, name)["training"], f"experiments.{name}.training")
     for name, stage in cfg.get("pretraining", {}).items():
         checks.check_training({**cfg["training"], **stage.get("training", {})}, f"pretraining.{name}.training")
+    sweeps.expand_sweeps(cfg)  # each grid point an experiment, after the experiments it changes are checked
     _resolve_data_dir(cfg)
     return cfg
 

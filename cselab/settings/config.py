@@ -3,7 +3,7 @@
 from typing import ClassVar
 
 from cselab.settings.base import setting, settings
-from cselab.settings.entries import NAMED, Experiment, Figure, Method, Plm, Stage, Table
+from cselab.settings.entries import NAMED, Experiment, Figure, Method, Plm, Stage, Sweep, Table
 from cselab.settings.evaluation import Evaluation
 from cselab.settings.sections import CostPlan, Data, Export, Hub, Mlflow, Spans
 from cselab.settings.training import Training
@@ -36,6 +36,9 @@ class Config:
     seeds: list[int] = setting(required=True, minItems=1, uniqueItems=True, items={"minimum": 0},
                                doc="the seeds of every trained experiment")
     experiments: dict[str, Experiment] = setting(required=True, **NAMED, doc="experiments: PLM + method + overrides")
+    sweeps: dict[str, Sweep] = setting({}, fill=False, **NAMED,
+                                       doc="sweeps: name -> base experiment, grid, seeds, metric (their points are "
+                                           "experiments; not in the default target)")
     spans: Spans = setting(Spans)
     figures: dict[str, Figure] = setting({}, fill=False, **NAMED, doc="figures: name -> kind, experiments, options")
     tables: dict[str, Table] = setting(required=True, **NAMED, doc="tables: name -> kind and experiments")

@@ -1,5 +1,5 @@
 """The named entries of the config: ``plms.<p>``, ``methods.<m>``, ``pretraining.<s>``,
-``experiments.<e>``, ``figures.<f>`` and ``tables.<t>``. Their ``training`` overrides the
+``experiments.<e>``, ``sweeps.<s>``, ``figures.<f>`` and ``tables.<t>``. Their ``training`` overrides the
 global settings key by key (``Overrides(Training)``); what an entry leaves out falls back as
 the code decides (e.g. an experiment's ``weight`` to its method's), so nothing is filled in."""
 
@@ -62,6 +62,34 @@ class Experiment:
     seeds: list[int] = setting(None, fill=False, minItems=1, items={"minimum": 0}, doc="default: seeds")
     weight: float = setting(None, fill=False, minimum=0, doc="default: the method's")
     auxiliaries: dict[str, Auxiliary | None] = setting({}, **AUXILIARIES)
+
+
+@settings
+class Sweep:
+    DOC: ClassVar[str] = ("a sweep: every point of its grid (the product of its value lists, in order) is an experiment "
+                          "<base>@<key>=<value>+<key>=<value> (cselab/pipeline/sweeps.py), trained for each seed and "
+                          "compared on its metric; not part of the default target")
+
+    base: str = setting(None, fill=False, **NAME, doc="the experiment whose settings each point changes (or: plm and "
+                                                      "method)")
+    plm: str = setting(None, fill=False, doc="with method, instead of base: a PLM under plms")
+    method: str = setting(None, fill=False, doc="with plm, instead of base: a method under methods")
+    grid: dict[str, list[Any]] = setting(
+        required=True,
+        doc="setting -> its values: training.<key>, options.<option>, weight, auxiliaries.<aux>.weight or "
+            "auxiliaries.<aux>.options.<option>")
+    seeds: list[int] = setting(None, fill=False, minItems=1, uniqueItems=True, items={"minimum": 0},
+                               doc="default: the base experiment's seeds (plm and method: seeds)")
+    metric: str = setting("stsb_dev", fill=False,
+                          doc="the result the points are compared on: an evaluation kind's result (default: STS-B dev)")
+    tables: list[str] = setting([], fill=False, uniqueItems=True,
+                                doc="tables that show the winner (a table may also list sweep:<name> among its "
+                                    "experiments)")
+    #: filled in by the workflow (cselab/pipeline/sweeps.py), never written in a config
+    points: list[dict[str, Any]] = setting(None, fill=False, schema={"not": {}},
+                                           doc="resolved: [{experiment, values}] per grid point, in grid order")
+    rows: dict[str, int] = setting(None, fill=False, schema={"not": {}},
+                                   doc="resolved: table -> the index in its experiments where sweep:<name> stood")
 
 
 @settings
