@@ -77,6 +77,11 @@ PROTOCOLS_MD = "results/table_protocols.md"
 COST_PLAN_CSV = "results/cost_plan.csv"  # GPU-hours, disk, RAM, wall time of cost_plan.targets (rule cost_plan)
 COST_PLAN_MD = "results/cost_plan.md"
 FIGURE_PNG = "results/{figure}.png"
+# A sweep's report (rule sweep, config sweeps.<s>): its table, figure and the selected point's entry
+SWEEP_CSV = "results/sweep_{sweep}.csv"
+SWEEP_MD = "results/sweep_{sweep}.md"
+SWEEP_PNG = "results/sweep_{sweep}.png"
+SWEEP_BEST = "results/sweep_{sweep}.best.yaml"
 # Sharing (target `exports`): MTEB result files, MTEB's evaluator beside ours, the model card,
 # ONNX, the export folder (sentence-transformers files + README.md card + onnx/model.onnx), push
 MTEB_DIR = "results/mteb/{exp}"

@@ -222,3 +222,48 @@ def export_targets(cfg: dict) -> list[str]:
     return ([outputs.path(outputs.MTEB_DIR, exp=e) for e in ids]
             + [outputs.path(outputs.EXPORT, exp=e) for e in ids if is_trained(cfg, e)]
             + [outputs.MTEB_CHECK_CSV])
+
+
+def sweep_entry(cfg: dict, name: str) -> dict:
+    """A resolved sweep (``sweeps.<name>`` after validation: ``points``, ``seeds``, ``metric``,
+    ``grid``); a user error for an unknown one."""
+    from cselab.errors import ConfigError
+
+    sweeps = cfg.get("sweeps") or {}
+    if name not in sweeps:
+        raise ConfigError(f"no sweep named {name!r} under sweeps: ({', '.join(sorted(sweeps)) or 'none configured'})")
+    return sweeps[name]
+
+
+def sweep_points(cfg: dict, name: str) -> list[dict]:
+    """What the sweep report reads, in grid order: per point its experiment, grid values and, per
+    seed, the selection metric's score file, its per-item predictions (None for a metric without) and the
+    training summary."""
+    from cselab.reporting.sweeps import metric_of
+
+    sweep = sweep_entry(cfg, name)
+    metric = metric_of(sweep["metric"])
+    out = []
+    for point in sweep["points"]:
+        runs = []
+        for seed in sweep["seeds"]:
+            exp_id = f"{point['experiment']}-s{seed}"
+            runs.append({"id": exp_id, "seed": seed, "score": outputs.path(outputs.RESULT[metric.score], exp=exp_id),
+                         "pairs": metric.pairs and outputs.path(outputs.RESULT[metric.pairs], exp=exp_id),
+                         "summary": outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id)})
+        out.append({"experiment": point["experiment"], "values": point["values"], "runs": runs})
+    return out
+
+
+def sweep_inputs(cfg: dict, name: str) -> list[str]:
+    """Every file :func:`sweep_points` names (Snakemake builds what is missing)."""
+    return [run[k] for point in sweep_points(cfg, name) for run in point["runs"] for k in ("score", "pairs", "summary")
+            if run[k]]
+
+
+def sweep_params(cfg: dict, name: str) -> dict:
+    """The sweep report job's settings: the sweep (name, metric, seeds, grid) and the experiment
+    entry of each point (the selected one becomes ``results/sweep_<name>.best.yaml``)."""
+    sweep = sweep_entry(cfg, name)
+    return {"name": name, "metric": sweep["metric"], "seeds": list(sweep["seeds"]), "grid": dict(sweep["grid"]),
+            "entries": {p["experiment"]: cfg["experiments"][p["experiment"]] for p in sweep["points"]}}

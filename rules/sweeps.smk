@@ -1,0 +1,30 @@
+# Sweeps: a config's sweeps.<s> grid, expanded into ordinary experiments when the config is
+# validated; this report reads every point's STS-B dev results and training summaries, selects
+# the best mean and says whether it is distinguishable from the others. Not part of `all`:
+# snakemake results/sweep_<s>.csv. With no sweeps configured the rule matches nothing.
+
+
+rule sweep:
+    input:
+        results=lambda wc: cfg_call(cselab_targets.sweep_inputs, wc.sweep),
+    output:
+        csv=report(OUT.SWEEP_CSV, caption="../report/table.rst", category="Sweeps"),
+        md=OUT.SWEEP_MD,
+        png=report(OUT.SWEEP_PNG, caption="../report/figure.rst", category="Sweeps"),
+        best=OUT.SWEEP_BEST,
+    params:
+        sweep=lambda wc: cfg_call(cselab_targets.sweep_params, wc.sweep),
+        points=lambda wc: cfg_call(cselab_targets.sweep_points, wc.sweep),
+        bootstrap=CFG["evaluation"]["bootstrap"],
+        seed_power=CFG["evaluation"]["seed_power"],
+    log:
+        OUT.job_log("sweeps", "{sweep}"),
+    benchmark:
+        OUT.job_benchmark("sweeps", "{sweep}")
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../envs/report.yaml"
+    script:
+        "../workflow_scripts/sweep.py"
