@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from cselab.export import card as cards
 from cselab.export.mteb_results import data_revision, read_main_scores, write_mteb_results
+from cselab.settings.sections import Card
 from tests.helpers import find_shared_data
 
 STS = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
@@ -114,8 +115,8 @@ def card_inputs():
                   "invocation": "snakemake --cores 2 --configfile configs/smoke.yaml results/table1.csv",
                   "command": cards.reproduce_command(["--cores", "2", "--configfile", "configs/smoke.yaml",
                                                       "results/table1.csv"], "results/export/simcse-minilm-s1")}
-    options = {"license": "apache-2.0", "datasets": ["princeton-nlp/datasets-for-simcse"], "pooler": "cls",
-               "confidence": 0.95}
+    options = cards.CardOptions(Card(license="apache-2.0", datasets=("princeton-nlp/datasets-for-simcse",)),
+                                pooler="cls", confidence=0.95)
     return spec, {"steps": 50, "best_step": 40}, evaluation, provenance, options
 
 

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from cselab.errors import ExportError
-from cselab.export.hub import check_export, hub_settings, push_export
+from cselab.export.hub import PushSettings, check_export, hub_settings, push_export
 from tests.hub_server import FakeHub
 
 TOKEN = "hf_fake_token_0123456789"
@@ -279,9 +279,11 @@ def test_exp_is_filled_and_revision_branch_created(hub, export):
 
 def test_hub_settings_defaults():
     s = hub_settings({"repo_id": "me/m"}, {"HF_TOKEN": TOKEN})
-    assert s == {"repo_id": "me/m", "token": TOKEN, "endpoint": "https://huggingface.co",
-                 "private": False, "revision": "main"}
+    # a key the section leaves out takes the config's default: private, as config.yaml
+    assert s == PushSettings(repo_id="me/m", token=TOKEN, endpoint="https://huggingface.co", private=True,
+                             revision="main")
+    assert TOKEN not in repr(s) and "token" not in s.logged()
     s = hub_settings({"repo_id": "me/m", "endpoint": None}, {"HF_TOKEN": TOKEN, "HF_ENDPOINT": "http://mirror:8/"})
-    assert s["endpoint"] == "http://mirror:8"
-    s = hub_settings({"repo_id": "me/m", "endpoint": "http://x", "private": True, "revision": "dev"}, {"HF_TOKEN": TOKEN})
-    assert (s["endpoint"], s["private"], s["revision"]) == ("http://x", True, "dev")
+    assert s.endpoint == "http://mirror:8"
+    s = hub_settings({"repo_id": "me/m", "endpoint": "http://x", "private": False, "revision": "dev"}, {"HF_TOKEN": TOKEN})
+    assert (s.endpoint, s.private, s.revision) == ("http://x", False, "dev")

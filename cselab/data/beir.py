@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -19,6 +20,8 @@ from typing import Iterator
 from cselab.data.download import extract_once, local_or_download, safe_extract
 from cselab.errors import DataError
 from cselab.io import write_json, write_text
+from cselab.settings import from_dict
+from cselab.settings.evaluation import Beir
 
 QRELS_HEADER = ["query-id", "corpus-id", "score"]
 
@@ -60,19 +63,26 @@ def retrieval_params(beir: dict) -> dict:
     return {k: v for k, v in beir.items() if k in RETRIEVAL_SCORED and (k != "corpus_cache" or v)}
 
 
+def beir_settings(beir: dict | Beir) -> Beir:
+    """The ``evaluation.beir`` settings, typed (a plain dict from the config converted; missing
+    keys: their defaults)."""
+    return beir if isinstance(beir, Beir) else from_dict(Beir, beir, where="evaluation.beir")
+
+
 #: A dataset not in :data:`BEIR_SIZES` (a local one) is sized as this many documents and queries.
 UNKNOWN_SIZE = {"queries": 10_000, "docs": 1_000_000, "words_per_doc": 100.0, "corpus_mb": 660.0}
 
 
-def shared_corpus_groups(beir: dict) -> dict[str, list[str]]:
+def shared_corpus_groups(beir: dict | Beir) -> dict[str, list[str]]:
     """The evaluation jobs of the configured BEIR datasets (``evaluation.beir``): a name ->
     the datasets one job evaluates. Datasets in ``shared_corpora`` (FEVER and Climate-FEVER)
     share a job that encodes their corpus once; every other dataset is its own group. Raises
     ValueError naming the key when a group lists an unconfigured or already grouped dataset."""
-    datasets = list(beir["datasets"])
+    settings = beir_settings(beir)
+    datasets = list(settings.datasets)
     groups: dict[str, list[str]] = {}
     seen: dict[str, str] = {}
-    for name, members in (beir.get("shared_corpora") or {}).items():
+    for name, members in (settings.shared_corpora or {}).items():
         if name in datasets and name not in members:
             raise ValueError(f"config key 'evaluation.beir.shared_corpora.{name}': the group's name is the dataset "
                              f"{name!r}, which is not in the group; name the group after one of its datasets")
@@ -90,7 +100,7 @@ def shared_corpus_groups(beir: dict) -> dict[str, list[str]]:
     return groups
 
 
-def retrieval_resources(members: list[str], beir: dict, dim: int = 1024) -> dict[str, int]:
+def retrieval_resources(members: list[str], beir: dict | Beir, dim: int = 1024) -> dict[str, int]:
     """``mem_mb`` and ``disk_mb`` of the job evaluating ``members`` (one corpus) on a model of
     embedding size ``dim`` (1024 covers BERT-large), from the published sizes
     (:data:`BEIR_SIZES`) unless ``evaluation.beir.resources.<dataset>`` overrides them.
@@ -99,24 +109,33 @@ def retrieval_resources(members: list[str], beir: dict, dim: int = 1024) -> dict
     embeddings (fp32, twice), the queries with their running top-k, and per document its id
     (about 24 bytes) plus, for a shared corpus, two 8-byte digests. Disk: the query embeddings
     plus, with ``corpus_cache``, each document's fp16 embedding."""
+    settings = beir_settings(beir)
     sizes = [BEIR_SIZES.get(m, UNKNOWN_SIZE) for m in members]
     docs = max(s["docs"] for s in sizes) * (1 + 0.01 * (len(members) - 1))
     queries = sum(s["queries"] for s in sizes)
-    chunk = min(beir["chunk_size"], docs)
+    chunk = min(settings.chunk_size, docs)
     per_doc = 24 + (16 * len(members) if len(members) > 1 else 0)
-    mem = 6000 + (chunk * (1200 + 8 * dim) + queries * (4 * dim + 12 * beir["k"]) + docs * per_doc) / 1e6
-    disk = 100 + (queries * 4 * dim + (docs * 2 * dim if beir.get("corpus_cache") else 0)) / 1e6
+    mem = 6000 + (chunk * (1200 + 8 * dim) + queries * (4 * dim + 12 * settings.k) + docs * per_doc) / 1e6
+    disk = 100 + (queries * 4 * dim + (docs * 2 * dim if settings.corpus_cache else 0)) / 1e6
     got = {"mem_mb": int(math.ceil(mem / 1000) * 1000), "disk_mb": int(math.ceil(disk / 100) * 100)}
     for m in members:
-        got.update((beir.get("resources") or {}).get(m, {}))
+        got.update(_resource_overrides(settings, m))
     return got
 
 
-def prepare_disk_mb(name: str, beir: dict) -> int:
+def _resource_overrides(settings: Beir, name: str) -> dict[str, int]:
+    """``evaluation.beir.resources.<name>``: the keys it sets."""
+    given = (settings.resources or {}).get(name)
+    if given is None:
+        return {}
+    return {k: v for k, v in dataclasses.asdict(given).items() if v is not None}
+
+
+def prepare_disk_mb(name: str, beir: dict | Beir) -> int:
     """``disk_mb`` of preparing one dataset: its zip (about 40% of the corpus) and the unpacked
     files (1.1x the corpus, queries and qrels included), unless overridden in
     ``evaluation.beir.resources.<dataset>.disk_mb``."""
-    override = (beir.get("resources") or {}).get(name, {}).get("prepare_disk_mb")
+    override = _resource_overrides(beir_settings(beir), name).get("prepare_disk_mb")
     return int(override) if override else int(math.ceil(BEIR_SIZES.get(name, UNKNOWN_SIZE)["corpus_mb"] * 1.5 + 100))
 
 

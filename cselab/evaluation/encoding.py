@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from cselab.io import lines_sha256, open_atomic, sha256_file, write_json
+from cselab.settings import Evaluation, evaluation_settings
 
 log = logging.getLogger(__name__)
 
@@ -129,19 +130,22 @@ def encode_unique(encode: Encode, sentences: Iterable[str], dtype=np.float32, al
 
 class ModelEncoder:
     """The model an evaluation job scores: its encoder (no training head), the embedding cache
-    under ``cache_dir`` and timing. ``settings``: ``pooler``, ``max_len``, ``batch_size``, ``cache``."""
+    under ``cache_dir`` and timing. ``settings``: the encoder settings (``pooler``, ``max_len``,
+    ``batch_size``, ``cache``, ``max_tokens``; :func:`cselab.pipeline.config.encoder_settings`),
+    typed or the job's plain dict."""
 
-    def __init__(self, model_dir: Path, settings: dict, cache_dir: Path | None):
+    def __init__(self, model_dir: Path, settings: dict | Evaluation, cache_dir: Path | None):
         from cselab.models.encoder import load_encoder
 
+        settings = settings if isinstance(settings, Evaluation) else evaluation_settings(settings)
         self.settings, self.dir = settings, Path(model_dir)
         import torch
 
-        self.encoder = load_encoder(self.dir, pooler=settings["pooler"])
+        self.encoder = load_encoder(self.dir, pooler=settings.pooler)
         if torch.cuda.is_available():  # bf16 forward there (SentenceEncoder.encode)
             self.encoder.to("cuda")
-        key = {k: v for k, v in settings.items() if k in ("pooler", "max_len")}
-        use_cache = cache_dir and settings["cache"]
+        key = {"pooler": settings.pooler, "max_len": settings.max_len}
+        use_cache = cache_dir and settings.cache
         self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if use_cache else None
         self.encoded, self.encode_seconds = 0, 0.0
 
@@ -163,16 +167,16 @@ class ModelEncoder:
 
         def encode(sentences):
             tic = time.perf_counter()
-            out = self.encoder.encode(sentences, batch_size=self.settings["batch_size"],
-                                      max_len=max_len or self.settings["max_len"],
-                                      max_tokens=self.settings.get("max_tokens") or DEFAULT_MAX_TOKENS)
+            out = self.encoder.encode(sentences, batch_size=self.settings.batch_size,
+                                      max_len=max_len or self.settings.max_len,
+                                      max_tokens=self.settings.max_tokens or DEFAULT_MAX_TOKENS)
             self.encoded += len(sentences)
             self.encode_seconds += time.perf_counter() - tic
             return out
 
         if self.cache is None or dataset is None:
             return encode
-        name = dataset + ("" if max_len in (None, self.settings["max_len"]) else f"-len{max_len}")
+        name = dataset + ("" if max_len in (None, self.settings.max_len) else f"-len{max_len}")
         if not sequence:
             return lambda sentences: self.cache.get(name, list(sentences), encode, dtype)
         calls = iter(range(1 << 30))

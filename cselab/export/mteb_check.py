@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from cselab.errors import ConfigError
+from cselab.settings import Evaluation, evaluation_settings
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +81,12 @@ def compare(experiment: str, ours: dict[str, float], theirs: dict[str, float], t
     return rows
 
 
-def check_experiment(experiment: str, model_dir: Path, sts: dict, root: Path, settings: dict,
+def check_experiment(experiment: str, model_dir: Path, sts: dict, root: Path, settings: dict | Evaluation,
                      tolerance: float) -> list[dict]:
-    """MTEB's evaluator vs our ``sts.json`` for one checkpoint."""
+    """MTEB's evaluator vs our ``sts.json`` for one checkpoint; ``settings``: the encoder settings."""
+    settings = settings if isinstance(settings, Evaluation) else evaluation_settings(settings)
     ours = dict(sts["scores"])
-    theirs = mteb_sts_scores(model_dir, root, settings["pooler"], settings["max_len"], list(ours))
+    theirs = mteb_sts_scores(model_dir, root, settings.pooler, settings.max_len, list(ours))
     rows = compare(experiment, ours, theirs, tolerance)
     worst = max(abs(r["diff"]) for r in rows)
     log.info("%s: MTEB vs cselab, largest |diff| %.5f over %d tasks", experiment, worst, len(rows))

@@ -5,6 +5,7 @@ difference is real)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import pandas as pd
 
 from cselab.io import open_atomic, write_text
 from cselab.reporting.published import lookup_any
+from cselab.settings import Evaluation, evaluation_settings
 
 
 def score_table(rows: list[dict], columns: Sequence[str], sources: Sequence[tuple[str, str]],
@@ -322,16 +324,23 @@ def stsb_dev_columns(evaluation: dict) -> list[str]:
     return ["STS-B dev"]
 
 
+def typed_evaluation(evaluation: dict) -> Evaluation:
+    """The plain ``evaluation`` section a kind's columns get (:func:`kind_columns`), typed; a
+    plugin evaluation kind's own section is left out."""
+    known = {f.name for f in dataclasses.fields(Evaluation)}
+    return evaluation_settings({k: v for k, v in evaluation.items() if k in known})
+
+
 @table_kind("transfer", ("transfer", "transfer_pairs"), average=True, metric="accuracy")
 def transfer_columns(evaluation: dict) -> list[str]:
     from cselab.data.senteval import TRANSFER_TASKS
 
-    return [t for t in TRANSFER_TASKS if t in evaluation["transfer"]["tasks"]]
+    return [t for t in TRANSFER_TASKS if t in typed_evaluation(evaluation).transfer.tasks]
 
 
 @table_kind("beir", ("beir",), average=True, digits=4)
 def beir_columns(evaluation: dict) -> list[str]:
-    return list(evaluation["beir"]["datasets"])
+    return list(typed_evaluation(evaluation).beir.datasets)
 
 
 @table_kind("retrieval", ("stsb_retrieval",))

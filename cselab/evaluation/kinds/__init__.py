@@ -79,11 +79,25 @@ class EvaluationKind:
 
     def settings_of(self, cfg: dict) -> dict:
         """``evaluation.<name>`` over the settings dataclass's defaults."""
-        given = (cfg.get("evaluation") or {}).get(self.name) or {}
-        return dataclasses.asdict(self.settings(**given))
+        return dataclasses.asdict(self.settings(**config_section(cfg, self.name)))
 
     def eval_set(self, cfg: dict) -> str | None:
         return self.encodes(cfg) if callable(self.encodes) else self.encodes
+
+
+def config_section(cfg: dict, name: str) -> dict:
+    """The config's plain ``evaluation.<name>`` section (empty if absent): what a kind's params
+    and resources are computed from at planning time (the params stay the config's own dicts)."""
+    evaluation = cfg.get("evaluation") or {}
+    return evaluation.get(name) or {}
+
+
+def typed_section(cfg: dict, cls: type, name: str):
+    """The config's ``evaluation.<name>`` section as the settings dataclass ``cls`` (missing
+    keys: their defaults)."""
+    from cselab.settings import from_dict
+
+    return from_dict(cls, config_section(cfg, name), where=f"evaluation.{name}")
 
 
 _KINDS: dict[str, EvaluationKind] = {}

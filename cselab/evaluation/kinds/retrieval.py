@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cselab.evaluation.kinds import evaluation
+from cselab.evaluation.kinds import config_section, evaluation
 
 
 def _scored(cfg: dict) -> dict:
@@ -18,14 +18,14 @@ def _scored(cfg: dict) -> dict:
     resources only change how it runs, so the job reads them from the config: a change reruns nothing."""
     from cselab.data.beir import retrieval_params
 
-    return retrieval_params(cfg["evaluation"]["beir"])
+    return retrieval_params(config_section(cfg, "beir"))
 
 
 def _sized(key: str):
     def size(datasets: list[str], cfg: dict) -> int:
         from cselab.data.beir import retrieval_resources
 
-        return retrieval_resources(datasets, cfg["evaluation"]["beir"])[key]
+        return retrieval_resources(datasets, config_section(cfg, "beir"))[key]
     return size
 
 
@@ -49,10 +49,12 @@ def retrieval_job(smk):
     """BEIR datasets (nDCG@10) and the STS-B in-domain retrieval (recall@1/5/10), one code path:
     the datasets of one corpus (FEVER and Climate-FEVER share one) in one pass that encodes each
     document once, one result file per dataset."""
+    from cselab.data.beir import beir_settings
     from cselab.evaluation import retrieval
     from cselab.io import lines_sha256
 
-    opts = {**smk.params.retrieval, **retrieval_operational(smk.config)}
+    opts = {**smk.params.retrieval, **retrieval_operational(smk.config)}  # logged as given
+    beir = beir_settings(opts)
     manifests = [json.loads(Path(f).read_text()) for f in _as_list(smk.input.dataset)]
     names = ([smk.wildcards.dataset] if "dataset" in smk.wildcards.keys() else
              [Path(o).stem for o in smk.output] if "_shared_" in smk.rule else ["stsb_retrieval"])
@@ -63,16 +65,16 @@ def retrieval_job(smk):
         import torch
 
         cuda = torch.cuda.is_available()
-        precision = opts["precision"]
-        check_cache_disk(smk, manifests, names, m.dim(), opts)
+        precision = beir.precision
+        check_cache_disk(smk, manifests, names, m.dim(), beir)
         res = retrieval.evaluate_shared(
             roots, lambda name, texts: m.encode_fn(f"beir-{name}-queries-{len(texts)}-{lines_sha256(texts)[:12]}",
-                                                   max_len=opts["max_len"])(texts),
-            m.encode_fn(f"beir-{group}-corpus", max_len=opts["max_len"], sequence=True, dtype="float16")
-            if opts.get("corpus_cache") else m.encode_fn(None, max_len=opts["max_len"]),
-            k=opts["k"], chunk_size=opts["chunk_size"], score=opts["score"], k_values=(1, 5, 10, 100),
+                                                   max_len=beir.max_len)(texts),
+            m.encode_fn(f"beir-{group}-corpus", max_len=beir.max_len, sequence=True, dtype="float16")
+            if beir.corpus_cache else m.encode_fn(None, max_len=beir.max_len),
+            k=beir.k, chunk_size=beir.chunk_size, score=beir.score, k_values=(1, 5, 10, 100),
             precision=("fp16" if cuda else "fp32") if precision == "auto" else precision,
-            device="cuda" if cuda else None, query_block=opts["query_block"])
+            device="cuda" if cuda else None, query_block=beir.query_block)
         per = {name: {"dataset": name, **r, "scores": retrieval.table_scores(name, r["metrics"], smk.params.metric)}
                for name, r in res.items()}
         if len(per) == 1:
@@ -87,21 +89,21 @@ def retrieval_operational(config: dict) -> dict:
     from the config, not the job's params, so that changing them reruns nothing)."""
     from cselab.data.beir import RETRIEVAL_SCORED
 
-    beir = (config.get("evaluation") or {}).get("beir") or {}
-    return {k: v for k, v in beir.items() if k not in RETRIEVAL_SCORED}
+    return {k: v for k, v in config_section(config, "beir").items() if k not in RETRIEVAL_SCORED}
 
 
 def _as_list(x) -> list:
     return [x] if isinstance(x, str) else list(x)
 
 
-def check_cache_disk(smk, manifests: list[dict], names: list[str], dim: int, opts: dict) -> None:
+def check_cache_disk(smk, manifests: list[dict], names: list[str], dim: int, beir) -> None:
     """One message, before encoding, when the corpus embedding cache would outgrow the disk the
-    job declares (``resources.disk_mb``)."""
+    job declares (``resources.disk_mb``); ``beir``: the ``evaluation.beir`` settings."""
+    from cselab.data.beir import beir_settings
     from cselab.errors import DataError
 
     declared = smk.resources.get("disk_mb") if hasattr(smk.resources, "get") else None
-    if not opts.get("corpus_cache") or not declared:
+    if not beir_settings(beir).corpus_cache or not declared:
         return
     docs = max(m["counts"]["docs"] for m in manifests)
     need = docs * dim * 2 / 1e6

@@ -3,11 +3,11 @@ accuracies under SentEval's dev protocol (:mod:`cselab.evaluation.transfer`)."""
 
 from __future__ import annotations
 
-from cselab.evaluation.kinds import evaluation
+from cselab.evaluation.kinds import config_section, evaluation
 
 
 def _transfer_settings(cfg: dict) -> dict:
-    return cfg["evaluation"]["transfer"]
+    return config_section(cfg, "transfer")
 
 
 @evaluation("transfer", results={"transfer": "transfer.json", "transfer_pairs": "transfer_pairs.npz"},

@@ -30,10 +30,12 @@ def run(smk, experiment_id: str | None = None, params: dict | None = None, label
     ``buffer``: where calls wait out a tracking outage (training jobs)."""
     from cselab.pipeline.config import tracking_uri
     from cselab.pipeline.tracking import mlflow_run
+    from cselab.settings import from_dict
+    from cselab.settings.sections import Mlflow
 
-    mlcfg = smk.config["mlflow"]
-    return mlflow_run(uri=tracking_uri(smk.config), fallback=mlcfg["fallback"],
-                      experiment_name=mlcfg["experiment_name"], rule=smk.rule, experiment_id=experiment_id,
+    mlflow = from_dict(Mlflow, smk.config["mlflow"], where="mlflow")
+    return mlflow_run(uri=tracking_uri(smk.config), fallback=mlflow.fallback,
+                      experiment_name=mlflow.experiment_name, rule=smk.rule, experiment_id=experiment_id,
                       params=params, label=label, tags={"snakemake.jobid": getattr(smk, "jobid", "")},
                       source=f"workflow_scripts/{smk.cselab_job}.py", resume=resume, buffer=buffer)
 

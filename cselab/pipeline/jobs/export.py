@@ -16,6 +16,9 @@ from cselab.io import atomic_path, write_json, write_text
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
+from cselab.settings import evaluation_settings, from_dict
+from cselab.settings.evaluation import Bootstrap
+from cselab.settings.sections import Card, MtebCheck, Onnx
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +70,15 @@ def mteb_check(smk) -> None:
     ``export.mteb_check.experiments``."""
     from cselab.export.mteb_check import check_experiment, write_check
 
-    entries, opts, settings = smk.params.entries, smk.params.options, smk.params.settings
-    with run(smk, params={"mteb_check": opts, "evaluation": settings}, label="mteb_check") as r:
+    entries = smk.params.entries
+    opts = from_dict(MtebCheck, smk.params.options, where="export.mteb_check")
+    settings = evaluation_settings(smk.params.settings)
+    logged = {"mteb_check": smk.params.options, "evaluation": smk.params.settings}
+    with run(smk, params=logged, label="mteb_check") as r:
         root, rows = senteval_root(smk.input.senteval), []
         for exp, files in entries.items():
             sts = json.loads(Path(files["sts"]).read_text())
-            rows += check_experiment(exp, model_path(files["model"]), sts, root, settings, opts["tolerance"])
+            rows += check_experiment(exp, model_path(files["model"]), sts, root, settings, opts.tolerance)
         write_check(rows, Path(smk.output.csv), Path(smk.output.md))
         for exp in entries:
             r.log_metrics({f"{exp}.max_abs_diff": max(abs(x["diff"]) for x in rows if x["experiment"] == exp)})
@@ -94,14 +100,14 @@ def model_card(smk) -> None:
 
 
 def _render_card(smk, spec: dict, summary: dict) -> str:
-    from cselab.export.card import item_intervals, render_card, reproduce_command
+    from cselab.export.card import CardOptions, item_intervals, render_card, reproduce_command
     from cselab.export.mteb_results import data_revision
     from cselab.io import sha256_file
     from cselab.pipeline.tracking import COMMAND_ENV, git_commit
     from cselab.reporting.stats import load_pairs
 
-    boot, inp = smk.params.bootstrap, smk.input
-    n_boot, confidence = boot.get("n_boot", 1000), boot.get("confidence", 0.95)
+    boot, inp = from_dict(Bootstrap, smk.params.bootstrap, where="evaluation.bootstrap"), smk.input
+    n_boot, confidence = boot.n_boot, boot.confidence
     evaluation = {"sts": json.loads(Path(inp.sts).read_text()),
                   "sts_ci": item_intervals(load_pairs(inp.sts_pairs), "spearman", n_boot, confidence),
                   "stsb_dev": json.loads(Path(inp.stsb_dev).read_text())["scores"]["STS-B dev"]}
@@ -114,8 +120,9 @@ def _render_card(smk, spec: dict, summary: dict) -> str:
                            sha256_file(inp.corpus)},
                   "data_revision": revision, "commit": git_commit(), "invocation": invocation,
                   "command": reproduce_command(shlex.split(invocation)[1:], outputs.path(outputs.EXPORT, exp=spec["id"]))}
-    options = {**smk.params.options, "pooler": smk.params.settings["pooler"], "confidence": confidence}
-    return render_card(spec, summary, evaluation, provenance, options)
+    card = from_dict(Card, smk.params.options, where="export.card")
+    return render_card(spec, summary, evaluation, provenance,
+                       CardOptions(card, evaluation_settings(smk.params.settings).pooler, confidence))
 
 
 def export_onnx(smk) -> None:
@@ -125,18 +132,20 @@ def export_onnx(smk) -> None:
     from cselab.errors import ExportError
     from cselab.export.onnx import compare_with_torch, export_onnx as write_onnx
 
-    exp, opts, settings = smk.wildcards.exp, smk.params.options, smk.params.settings
-    with run(smk, experiment_id=exp, params={"onnx": opts, "evaluation": settings}) as r:
+    exp = smk.wildcards.exp
+    opts = from_dict(Onnx, smk.params.options, where="export.onnx")
+    settings = evaluation_settings(smk.params.settings)
+    with run(smk, experiment_id=exp, params={"onnx": smk.params.options, "evaluation": smk.params.settings}) as r:
         model_dir = model_path(smk.input.model)
-        info = write_onnx(model_dir, Path(smk.output.onnx), opset=opts["opset"])
+        info = write_onnx(model_dir, Path(smk.output.onnx), opset=opts.opset)
         dev = stsb_dev(senteval_root(smk.input.senteval))
         sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))
-        check = compare_with_torch(model_dir, Path(smk.output.onnx), sentences, settings["pooler"],
-                                   max_len=settings["max_len"], atol=opts["atol"])
+        check = compare_with_torch(model_dir, Path(smk.output.onnx), sentences, settings.pooler,
+                                   max_len=settings.max_len, atol=opts.atol)
         r.log_metrics({k: check[k] for k in ("max_abs_diff", "mean_abs_diff", "min_cosine")})
         if not check["equal"]:
             raise ExportError(f"ONNX export of {exp}: onnxruntime's STS-B dev embeddings differ from PyTorch's by "
-                              f"{check['max_abs_diff']:.2e} > export.onnx.atol = {opts['atol']}")
+                              f"{check['max_abs_diff']:.2e} > export.onnx.atol = {opts.atol}")
         write_json(smk.output.check, {**info, **check})
         r.log_artifact(smk.output.check)
 
@@ -174,7 +183,7 @@ def push(smk) -> None:
 
     exp = smk.wildcards.exp
     settings = hub_settings(smk.params.hub)  # no repo id or token: one message, nothing uploaded
-    with run(smk, experiment_id=exp, params={"hub": {k: v for k, v in settings.items() if k != "token"}}) as r:
+    with run(smk, experiment_id=exp, params={"hub": settings.logged()}) as r:
         receipt = push_export(Path(smk.input.export), settings, exp)
         write_json(smk.output[0], receipt)
         r.set_tags({"cselab.hub_repo": receipt["repo_id"], "cselab.hub_commit": receipt.get("commit_oid") or ""})

@@ -8,18 +8,27 @@ from pathlib import Path
 
 from cselab.pipeline import outputs
 from cselab.pipeline.jobs import run, senteval_root
+from cselab.settings import from_dict, to_plain
+from cselab.settings.entries import Figure, Table
+from cselab.settings.evaluation import Bootstrap, Protocols, SeedPower
+
+
+def _entry(cls: type, named: dict, where: str):
+    """``(name, typed entry)`` of a rule's ``{"name": ..., **<the config's entry>}`` param."""
+    name = named["name"]
+    return name, from_dict(cls, {k: v for k, v in named.items() if k != "name"}, where=f"{where}.{name}")
 
 
 
 def table(smk) -> None:
     from cselab.reporting import tables
 
-    spec, columns = smk.params.table, smk.params.columns
-    with run(smk, params={"table": spec["name"], "kind": spec["kind"], "experiments": spec["experiments"]},
-             label=spec["name"]) as r:
+    (name, spec), columns = _entry(Table, smk.params.table, "tables"), smk.params.columns
+    with run(smk, params={"table": name, "kind": spec.kind, "experiments": to_plain(spec.experiments)},
+             label=name) as r:
         rows = tables.read_results(smk.params.rows)
-        extras = spec.get("extra_columns", [])
-        df, comparisons = tables.build_table(spec["kind"], rows, columns, [tuple(s) for s in spec.get("sources", [])],
+        extras = list(spec.extra_columns)
+        df, comparisons = tables.build_table(spec.kind, rows, columns, [tuple(s) for s in spec.sources],
                                              smk.params.bootstrap, extras)
         for c in comparisons:
             if f"{c.prefix}diff" in df:
@@ -30,9 +39,9 @@ def table(smk) -> None:
         if "Avg" in df:
             for _, row in df.iterrows():
                 r.log_metrics({f"{row['experiment']}.avg": row["Avg"]})
-        tables.write(df, columns, smk.output.csv, smk.output.md, spec.get("title", spec["name"]),
-                     tables.TABLE_KINDS[spec["kind"]].digits, comparisons,
-                     [*spec.get("notes", []), *tables.collapse_notes(rows), *tables.subset_notes(rows)], extras)
+        tables.write(df, columns, smk.output.csv, smk.output.md, name if spec.title is None else spec.title,
+                     tables.TABLE_KINDS[spec.kind].digits, comparisons,
+                     [*spec.notes, *tables.collapse_notes(rows), *tables.subset_notes(rows)], extras)
         r.log_artifact(smk.output.csv)
         r.log_artifact(smk.output.md)
 
@@ -63,14 +72,15 @@ def seed_power(smk) -> None:
     from cselab.reporting.power import plan, write_seed_power
     from cselab.reporting.stats import load_pairs
 
-    opts, boot = smk.params.options, smk.params.bootstrap
-    with run(smk, params={"seed_power": opts, "baseline": smk.params.baseline}, label="seed_power") as r:
+    opts = from_dict(SeedPower, smk.params.options, where="evaluation.seed_power")
+    boot = from_dict(Bootstrap, smk.params.bootstrap, where="evaluation.bootstrap")
+    with run(smk, params={"seed_power": smk.params.options, "baseline": smk.params.baseline}, label="seed_power") as r:
         experiments = {name: {m: [load_pairs(f) for f in files] for m, files in by_metric.items()}
                        for name, by_metric in smk.params.inputs.items()}
-        rows = plan(experiments, smk.params.baseline, opts["metrics"], opts["max_seeds"], opts["differences"],
-                    power=opts["power"], n_boot=boot["n_boot"], seed=boot["seed"])
-        write_seed_power(rows, smk.output.csv, smk.output.md, smk.output.png, opts["max_seeds"], opts["differences"],
-                         opts["power"])
+        differences = list(opts.differences)
+        rows = plan(experiments, smk.params.baseline, list(opts.metrics), opts.max_seeds, differences,
+                    power=opts.power, n_boot=boot.n_boot, seed=boot.seed)
+        write_seed_power(rows, smk.output.csv, smk.output.md, smk.output.png, opts.max_seeds, differences, opts.power)
         for row in rows:
             r.log_metrics({f"{row['experiment']}.{row['metric']}.seed_std": row["seed_std"],
                            f"{row['experiment']}.{row['metric']}.mde_3": row["mde_3"]})
@@ -85,11 +95,12 @@ def protocol_table(smk) -> None:
     from cselab.models.checkpoints import model_path
     from cselab.reporting.tables import write_protocols
 
-    opts, root = smk.params.options, senteval_root(smk.input.senteval)
-    with run(smk, params={"protocols": opts}, label="table_protocols") as r:
+    opts = from_dict(Protocols, smk.params.options, where="evaluation.protocols")
+    root = senteval_root(smk.input.senteval)
+    with run(smk, params={"protocols": smk.params.options}, label="table_protocols") as r:
         rows = []
         for exp_id, model in smk.params.checkpoints.items():
-            mine = checkpoint_protocols(model_path(model), root, [None, opts["truncation"]],
+            mine = checkpoint_protocols(model_path(model), root, [None, opts.truncation],
                                         smk.params.batch_size)
             summary = spread(mine)
             rows += [{"experiment": exp_id, **row, **summary} for row in mine]
@@ -105,13 +116,14 @@ def figure(smk) -> None:
     from cselab.reporting.kinds import FigureInputs, Out, figure_kinds
 
     fig, entries = smk.params.figure, smk.params.labels
-    kind = figure_kinds()[fig["kind"]]
+    name, spec = _entry(Figure, fig, "figures")
+    kind = figure_kinds()[spec.kind]
     inputs = FigureInputs(
         labels={label: exp_id for label, exp_id, _ in entries},
         files={label: {read: Path(smk.input[f"{key}_{read}"]) for read in kind.reads} for label, _, key in entries},
         settings=smk.params.settings, cache=Path(outputs.EMBEDDING_CACHE), senteval=senteval_root(smk.input.senteval),
         heldout=Path(smk.input.heldout) if "heldout" in smk.input.keys() else None, values=smk.params.values)
-    with run(smk, params={"figure": fig}, label=fig["name"]) as r:
-        kind.draw(inputs, fig, Out(Path(smk.output.png), Path(smk.output.csv), fig.get("title"), fig["name"]))
+    with run(smk, params={"figure": fig}, label=name) as r:  # the kind's draw reads its options from the plain entry
+        kind.draw(inputs, fig, Out(Path(smk.output.png), Path(smk.output.csv), spec.title, name))
         r.log_artifact(smk.output.png)
         r.log_artifact(smk.output.csv)
