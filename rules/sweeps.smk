@@ -2,9 +2,28 @@
 # validated; this report reads every point's STS-B dev results and training summaries, selects
 # the best mean and says whether it is distinguishable from the others. Not part of `all`:
 # snakemake results/sweep_<s>.csv. With no sweeps configured the rule matches nothing.
+# A checkpoint: a table listing sweep:<s> shows the winner, known only once this has run; the
+# table is planned with the sweep's CSV as an input, and planned again (now with the winner's
+# results, which Snakemake then builds) when the checkpoint has run or is found up to date.
+from snakemake.exceptions import IncompleteCheckpointException
 
 
-rule sweep:
+def sweep_winner(name):
+    """The winner of sweep `name` (cselab.reporting.sweeps.read_winner) once its checkpoint has
+    run or is up to date; None before (a table asking is re-planned after it)."""
+    from cselab.reporting.sweeps import read_winner
+
+    try:
+        csv = checkpoints.sweep.get(sweep=name).output.csv
+    except IncompleteCheckpointException:
+        return None
+    try:
+        return read_winner(csv)
+    except (OSError, ValueError, KeyError) as e:
+        raise WorkflowError(f"sweep {name}: cannot read its winner from {csv}: {e}")
+
+
+checkpoint sweep:
     input:
         results=lambda wc: cfg_call(cselab_targets.sweep_inputs, wc.sweep),
     output:

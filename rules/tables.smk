@@ -2,17 +2,21 @@
 # configured method on one PLM); Snakemake builds only what is missing. One rule serves all.
 
 
+# A table listing sweep:<s> waits for the sweep (a checkpoint, rules/sweeps.smk) and then shows
+# its winner at that place (sweep_winner: None until the sweep has run).
 rule table:
     input:
-        results=lambda wc: [f for files in cselab_targets.table_inputs(CFG, wc.table).values() for f in files],
-        summaries=lambda wc: cselab_targets.table_summaries(CFG, wc.table),
+        results=lambda wc: [f for files in cselab_targets.table_inputs(CFG, wc.table, sweep_winner).values()
+                            for f in files],
+        summaries=lambda wc: cselab_targets.table_summaries(CFG, wc.table, sweep_winner),
+        sweeps=lambda wc: cselab_targets.table_sweep_reports(CFG, wc.table),
     output:
         csv=report(OUT.TABLE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.TABLE_MD, caption="../report/table.rst", category="Tables"),
     params:
-        table=lambda wc: {"name": wc.table, **CFG["tables"][wc.table]},
+        table=lambda wc: cselab_targets.table_params(CFG, wc.table, sweep_winner),
         columns=lambda wc: cselab_targets.table_columns(CFG, wc.table),
-        rows=lambda wc: cselab_targets.table_rows(CFG, wc.table),
+        rows=lambda wc: cselab_targets.table_rows(CFG, wc.table, sweep_winner),
         bootstrap=CFG["evaluation"].get("bootstrap", {}),
     log:
         OUT.job_log("tables", "{table}"),

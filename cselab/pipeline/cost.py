@@ -587,14 +587,20 @@ def node_of(book: rc.RateBook, settings: CostPlan) -> dict:
     return node
 
 
+def default_targets(cfg: dict) -> list[str]:
+    """``cost_plan.targets`` when null: ``all`` (every paper target) and every configured sweep's
+    report (``results/sweep_<s>.csv``: not in ``all``, its grid of trainings priced all the same)."""
+    return ["all", *(outputs.path(outputs.SWEEP_CSV, sweep=s) for s in cfg.get("sweeps") or {})]
+
+
 def write_cost_plan(cfg: dict, config: dict, rates: str | Path, snakemake: list[str], snakefile: str,
                     csv_path: str | Path, md_path: str | Path) -> list[dict]:
-    """Plan ``cost_plan.targets`` (null: ``all``, every paper target) on ``config`` (the workflow's
+    """Plan ``cost_plan.targets`` (null: :func:`default_targets`) on ``config`` (the workflow's
     config as given; ``cfg`` is it validated) and write the CSV and the Markdown report."""
     settings = typed_config(cfg).cost_plan
     book = rc.load_rates(rates)
     node = node_of(book, settings)
-    targets = list(settings.targets or ["all"])
+    targets = list(settings.targets or default_targets(cfg))
     jobs = dry_run(snakemake, snakefile, config, targets, int(node["cores"]), settings.from_scratch)
     rows, meta = plan(cfg, jobs, book, node)
     args = " ".join(dry_run_args(targets, int(node["cores"]), settings.from_scratch)).replace(" --nolock", "")

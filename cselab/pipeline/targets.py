@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Callable
 
 from cselab.pipeline import outputs
 from cselab.pipeline.config import experiment_ids, experiment_spec, full_options, is_trained
@@ -22,14 +23,39 @@ def table_columns(cfg: dict, name: str) -> list[str]:
     return kind_columns(table.kind, cfg["evaluation"], table.extra_columns)  # the kinds read the plain section
 
 
-def table_inputs(cfg: dict, name: str) -> dict[str, list[str]]:
-    """Result files per experiment id that a table reads (Snakemake builds what is missing)."""
+#: a sweep's winner as a table learns it: sweep name -> :func:`cselab.reporting.sweeps.read_winner`'s
+#: answer, or None while the sweep has not run (the workflow asks its checkpoint, rules/sweeps.smk)
+Winners = Callable[[str], "dict | None"]
+
+
+def table_sweeps(cfg: dict, name: str) -> list[str]:
+    """The sweeps whose winner table ``name`` shows (its ``sweep:<s>`` entries), in row order."""
+    sweeps = cfg.get("sweeps") or {}
+    mine = [s for s, sweep in sweeps.items() if name in (sweep.get("rows") or {})]
+    return sorted(mine, key=lambda s: sweeps[s]["rows"][name])
+
+
+def table_experiments(cfg: dict, name: str, winners: Winners | None = None) -> list[str]:
+    """A table's experiments in row order: its configured ones and, at the place of each
+    ``sweep:<s>`` entry, the sweep's winner once it is known (``winners``; without it, or before
+    the sweep has run, the entry is left out)."""
+    experiments = list(typed_config(cfg).tables[name].experiments or [])
+    for sweep in table_sweeps(cfg, name):  # in row order: each index counts the entries before it
+        best = winners(sweep) if winners else None
+        if best is not None:
+            experiments.insert(cfg["sweeps"][sweep]["rows"][name], best["experiment"])
+    return list(dict.fromkeys(experiments))
+
+
+def table_inputs(cfg: dict, name: str, winners: Winners | None = None) -> dict[str, list[str]]:
+    """Result files per experiment id that a table reads (Snakemake builds what is missing); a
+    sweep's winner's too once it is known (``winners``, :func:`table_experiments`)."""
     settings = typed_config(cfg)
     table = settings.tables[name]
     results = dict.fromkeys([*TABLE_KINDS[table.kind].results, *(EXTRA_COLUMNS[c] for c in table.extra_columns)])
     datasets = settings.evaluation.beir.datasets
     out = {}
-    for exp in experiment_ids(cfg, list(table.experiments)):
+    for exp in experiment_ids(cfg, table_experiments(cfg, name, winners)):
         files = []
         for result in results:
             pattern = outputs.RESULT[result]
@@ -49,7 +75,7 @@ def spec_training(spec: dict) -> Training:
     return _training_of(json.dumps(spec["training"], sort_keys=True))
 
 
-def table_rows(cfg: dict, name: str) -> list[dict]:
+def table_rows(cfg: dict, name: str, winners: Winners | None = None) -> list[dict]:
     """What the table job needs to know about each experiment id (a rerun trigger too).
 
     ``options`` carries ``subsampling`` too: published settings are matched on it. ``setting``
@@ -57,7 +83,7 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
     """
     keep = ("name", "plm", "model", "method", "seed")
     rows = []
-    for exp_id, files in table_inputs(cfg, name).items():
+    for exp_id, files in table_inputs(cfg, name, winners).items():
         spec = experiment_spec(cfg, exp_id)
         trained, t = spec["seed"] is not None, spec_training(spec)
         options = {**full_options(spec), "subsampling": t.subsampling} if trained else {}
@@ -67,9 +93,48 @@ def table_rows(cfg: dict, name: str) -> list[dict]:
     return rows
 
 
-def table_summaries(cfg: dict, name: str) -> list[str]:
+def table_summaries(cfg: dict, name: str, winners: Winners | None = None) -> list[str]:
     """The training summaries of a table's trained experiments (their collapse alarms go into its notes)."""
-    return [outputs.path(outputs.TRAIN_SUMMARY, exp=e) for e in table_inputs(cfg, name) if is_trained(cfg, e)]
+    return [outputs.path(outputs.TRAIN_SUMMARY, exp=e) for e in table_inputs(cfg, name, winners) if is_trained(cfg, e)]
+
+
+def table_sweep_reports(cfg: dict, name: str) -> list[str]:
+    """The reports of the sweeps whose winner a table shows (``results/sweep_<s>.csv``: the
+    table waits for them, and is planned again once they have run)."""
+    return [outputs.path(outputs.SWEEP_CSV, sweep=s) for s in table_sweeps(cfg, name)]
+
+
+def table_params(cfg: dict, name: str, winners: Winners | None = None) -> dict:
+    """The table job's entry: ``{"name", **tables.<name>}``; a table showing a sweep's winner has
+    it among its ``experiments`` (where ``sweep:<s>`` stood) and a note saying so (:func:`winner_note`)."""
+    entry = {"name": name, **cfg["tables"][name]}
+    sweeps = table_sweeps(cfg, name)
+    if not sweeps:
+        return entry
+    found = {s: winners(s) if winners else None for s in sweeps}
+    return {**entry, "experiments": table_experiments(cfg, name, winners),
+            "notes": [*entry.get("notes", []), *(winner_note(cfg, s, w) for s, w in found.items() if w is not None)]}
+
+
+def winner_note(cfg: dict, sweep: str, winner: dict) -> str:
+    """A table's note on a row that is a sweep's winner: its grid values, how it was chosen, and
+    whether the sweep told it apart from the other points."""
+    from cselab.pipeline.sweeps import format_value, short_keys
+    from cselab.reporting.sweeps import metric_of
+
+    entry = sweep_entry(cfg, sweep)
+    short = short_keys(list(entry["grid"]))
+    values = next((p["values"] for p in entry["points"] if p["experiment"] == winner["experiment"]), {})
+    shown = ", ".join(f"{short[k]}={format_value(v, k)}" for k, v in values.items())
+    metric = entry["metric"]
+    n, k = winner["compared"], winner["distinguishable"]
+    versus = ("the grid's only point" if len(entry["points"]) < 2 else
+              "compared with no other point (no per-item predictions)" if not n else
+              f"distinguishable from {k} of the {n} other points compared at these seeds")
+    return (f"Row {winner['experiment']}: the winner of sweep {sweep} ({shown}), chosen on "
+            f"{metric_of(metric).label} ({metric}; a development split) over seeds "
+            f"{', '.join(map(str, entry['seeds']))}, mean {winner['mean']:.2f}; {versus} "
+            f"(results/sweep_{sweep}.md).")
 
 
 def training_setting(cfg: dict, t: Training) -> dict:
@@ -161,16 +226,17 @@ def figure_values(cfg: dict, name: str) -> dict[str, float]:
     kind = figure_kinds()[typed_config(cfg).figures[name].kind]
     if kind.values is None:
         return {}
-    options = cfg["figures"][name]  # the kind's own options: declared with the kind, a dict
+    options = kind.typed(cfg["figures"][name])  # the kind's own options: its options dataclass
     return {label: kind.values(options, experiment_spec(cfg, exp_id))
             for label, exp_id in figure_experiments(cfg, name).items()}
 
 
 def heldout_file(cfg: dict, name: str) -> str | None:
-    if not figure_kinds()[typed_config(cfg).figures[name].kind].heldout:
+    kind = figure_kinds()[typed_config(cfg).figures[name].kind]
+    if not kind.heldout:
         return None
-    options = cfg["figures"][name]  # a heldout kind's own option: declared with the kind, a dict
-    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=options["holdout"])
+    options = kind.typed(cfg["figures"][name])  # a heldout kind's own options: its options dataclass
+    return outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction=options.holdout)
 
 
 # -- sharing: MTEB result files, model cards, ONNX, export folders (target `exports`) -----------

@@ -306,6 +306,24 @@ def _frame(i: int, j: int):
     return Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5)
 
 
+def read_winner(csv_path) -> dict:
+    """The selected point of a written sweep table (``results/sweep_<name>.csv``), as a table
+    that shows it needs it: ``{"experiment", "mean", "compared", "distinguishable"}`` (how many
+    other points it was compared with, and told apart from). Read with :mod:`csv`: the workflow
+    calls it when it plans."""
+    import csv
+
+    with open(csv_path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    best = [r for r in rows if r["selected"] == "True"]
+    if len(best) != 1:
+        raise ValueError(f"{csv_path}: {len(best)} selected points, not one; rebuild it (snakemake --forcerun sweep)")
+    verdicts = [r["verdict"] for r in rows]
+    return {"experiment": best[0]["experiment"], "mean": float(best[0]["mean"]),
+            "compared": sum(v in (DISTINGUISHABLE, NOT_DISTINGUISHABLE) for v in verdicts),
+            "distinguishable": verdicts.count(DISTINGUISHABLE)}
+
+
 #: an experiment entry's keys the winner keeps (:class:`cselab.settings.entries.Experiment`)
 ENTRY_KEYS = ("plm", "method", "options", "training", "auxiliaries", "weight")
 

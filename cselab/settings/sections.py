@@ -140,7 +140,8 @@ class CostPlan:
                           "RAM, disk and wall time of targets.")
 
     targets: list[str] | None = setting(None, items=NONEMPTY,
-                                        doc="Snakemake targets (files or rules); null: all (every paper target).")
+                                        doc="Snakemake targets (files or rules); null: all (every paper target) and "
+                                            "every configured sweep's report, results/sweep_<s>.csv.")
     device: str = setting("h100", **NONEMPTY,
                           doc="A rates table: cselab/reporting/rates/<device>.csv, or a path to a CSV of that layout.")
     node: Node = setting(Node)
