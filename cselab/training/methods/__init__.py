@@ -83,10 +83,14 @@ class Context:
 
     encoder: nn.Module                 # the sentence encoder the loop trains (backbone + pooler)
     options: Any                       # the method's validated ``Options``
-    training: dict                     # the experiment's training settings
+    training: MethodSettings           # the experiment's training settings, typed (a dict given is typed)
     artifacts: dict[str, Path] = field(default_factory=dict)  # declared upstream artifacts
     model_dir: Path | None = None      # the PLM's local folder (for a second copy of it)
     runner: Runner = field(default_factory=Runner)  # the step's network runs (keyed dropout, chunks)
+
+    def __post_init__(self):
+        if isinstance(self.training, dict):  # a test's or a script's plain settings
+            self.training = MethodSettings(self.training)
 
     def run(self, fn: Callable, *inputs: Any, **kwargs) -> Any:
         """A network run over rows (``inputs`` with one row per leading index): every run of a
@@ -279,17 +283,28 @@ def primary_views(shared: dict, key: str, rows: int, who: str, what: str, views:
     return value
 
 
-class Settings(dict):
-    """The training settings a method gets: one it reads but did not declare (``training_keys``),
-    which its job's spec therefore leaves out, is one message naming it, not a KeyError."""
+class MethodSettings:
+    """The training settings a method reads, typed (``ctx.training.temperature``). A job's spec
+    holds the settings its methods declare (``training_keys``) and no operational ones: one a method
+    reads but did not declare is one message naming it, not a silent default; an operational
+    setting (speed, memory) reads as its value, or its default when the spec leaves it out."""
 
-    def __init__(self, settings: dict, method: str):
-        super().__init__(settings)
-        self.method = method
+    def __init__(self, settings: dict, method: str | None = None):
+        from cselab.settings import training_settings
 
-    def __missing__(self, key):
-        raise ConfigError(f"method {self.method!r} reads the training setting {key!r}, which it does not declare: "
-                          "add it to its training_keys (a job's spec holds the settings its methods declare)")
+        self._given, self._method = frozenset(settings), method
+        self._typed = training_settings(dict(settings))
+
+    def __getattr__(self, key: str):
+        from cselab.pipeline.experiments import OPERATIONAL
+
+        if key.startswith("_"):
+            raise AttributeError(key)
+        if self._method is not None and key not in self._given and key not in OPERATIONAL:
+            raise ConfigError(f"method {self._method!r} reads the training setting {key!r}, which it does not "
+                              "declare: add it to its training_keys (a job's spec holds the settings its methods "
+                              "declare)")
+        return getattr(self._typed, key)
 
 
 def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
@@ -301,7 +316,7 @@ def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] |
         cls = method_class(entry["method"])
         options = cls.check_options(entry["options"])
         own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
-        ctx = Context(encoder=encoder, options=options, training=Settings(spec["training"], cls.name), artifacts=own,
+        ctx = Context(encoder=encoder, options=options, training=MethodSettings(spec["training"], cls.name), artifacts=own,
                       model_dir=model_dir, runner=runner)
         components.append((entry["method"], entry["weight"], cls(ctx)))
     objective = Objective(components, runner)

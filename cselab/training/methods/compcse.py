@@ -127,7 +127,7 @@ class CompCSE(CompCSEConfig, Method):
         std = ctx.encoder.initializer_range
         self.head = make_head(o.head, hidden, std)
         self.aggregate = Aggregator(o.aggregation, o.partitions, hidden, std)
-        self.temperature = ctx.training["temperature"]
+        self.temperature = ctx.training.temperature
         self.parts: TokenizedCorpus | None = None
 
     def attach_corpus(self, sentences, corpus, tokenize):
@@ -148,7 +148,7 @@ class CompCSE(CompCSEConfig, Method):
             index = batch["index"].cpu()
             rows = (index + len(self.parts) // k * torch.arange(k)[:, None]).reshape(-1)
             parts = to_device(self.parts.batch(rows, self.ctx.tokenizer.pad_token_id,
-                                               self.ctx.training.get("pad_to_multiple_of") or 1),
+                                               self.ctx.training.pad_to_multiple_of or 1),
                               batch["input_ids"].device)
             lengths = self.parts.lengths[rows]
         return {**batch, "parts_input_ids": parts["input_ids"], "parts_attention_mask": parts["attention_mask"],

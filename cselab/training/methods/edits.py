@@ -36,7 +36,7 @@ class SimCSEEdits(SimCSEEditsConfig, Method):
         self.head = make_head(o.head, ctx.hidden_size, ctx.encoder.initializer_range)
         self.generator = self.freeze("generator", load_generator(ctx, o.generator), train_mode=True)
         self.editor = Editor(self.generator, ctx.tokenizer, o.mask_ratio, o.augment, o.edit_ratio)
-        self.temperature = ctx.training["temperature"]
+        self.temperature = ctx.training.temperature
 
     def prepare(self, batch):
         edited, attn, _ = self.editor(*mlm.natural(batch, "input_ids", "attention_mask"))

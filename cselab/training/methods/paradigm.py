@@ -47,7 +47,7 @@ class Paradigm(ParadigmConfig, Method):
         self.head = make_head(o.head, ctx.hidden_size, o.head_std, bias_std=o.head_std)
         if o.freeze_embeddings:
             ctx.encoder.backbone.embeddings.requires_grad_(False)
-        self.temperature = ctx.training["temperature"]
+        self.temperature = ctx.training.temperature
         self.lam = o.lam if o.lam is not None else LAMBDAS.get(o.loss)
         self.margin = o.margin if o.margin is not None else MARGINS.get(o.loss)
 

@@ -21,7 +21,7 @@ class SimCSE(SimCSEConfig, Method):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.head = make_head(self.options.head, ctx.hidden_size, ctx.encoder.initializer_range)
-        self.temperature = ctx.training["temperature"]
+        self.temperature = ctx.training.temperature
 
     def forward(self, batch, shared):
         u, v = dropout_views(self.ctx, self.head, batch, shared)
