@@ -18,6 +18,7 @@ from typing import Any
 
 from cselab.errors import ConfigError
 from cselab.pipeline import outputs
+from cselab.settings.training import OPERATIONAL  # noqa: F401 (the config layer's name for it)
 
 UNTRAINED = "untrained"
 
@@ -132,13 +133,11 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 
 # A job's spec (a Snakemake rerun trigger and the checkpoints' fingerprint) holds exactly the
 # training settings that can change its output, so a setting that cannot never retrains anything:
-# - OPERATIONAL settings change how a job runs (speed, memory, logging, processes), never its numbers;
+# - OPERATIONAL settings (declared beside the Training settings) change how a job runs, never its numbers;
 # - USED_BY_METHODS are read only by the methods that declare them (Method.used_training_keys:
 #   the contrastive temperature, the pooled encoder forward's pooler and unpadded, BatchNorm heads'
 #   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
 # - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
-OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
-               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
 
 
 USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")

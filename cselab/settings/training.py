@@ -8,6 +8,11 @@ from cselab.settings.base import DEFS, setting, settings
 
 POSITIVE = {"minimum": 1}
 
+#: the settings that change how a job runs (speed, memory, logging, processes), never its numbers:
+#: left out of a job's spec, so changing one never reruns it (:mod:`cselab.pipeline.experiments`)
+OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
+               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
+
 
 @settings
 class Collapse:

@@ -546,7 +546,7 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     ``token_cache`` is the folder of tokenised corpora shared by experiments
     (:func:`cselab.data.tokens.tokenize_corpus`); None tokenises without caching.
     ``operational``: settings that change how the run goes, not what it computes (logging,
-    checkpoints, processes, compile; :data:`cselab.pipeline.config.OPERATIONAL`): read like
+    checkpoints, processes, compile; :data:`cselab.settings.training.OPERATIONAL`): read like
     training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
     t = {**spec["training"], **(operational or {})}

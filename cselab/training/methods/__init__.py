@@ -296,7 +296,7 @@ class MethodSettings:
         self._typed = training_settings(dict(settings))
 
     def __getattr__(self, key: str):
-        from cselab.pipeline.experiments import OPERATIONAL
+        from cselab.settings.training import OPERATIONAL
 
         if key.startswith("_"):
             raise AttributeError(key)
