@@ -55,6 +55,14 @@ def test_every_default_passes_its_own_schema(cls):
     base.check_defaults(cls)
 
 
+def test_every_figure_kinds_option_defaults_pass_their_schema():
+    from cselab.reporting.kinds import figure_kinds
+
+    for kind in figure_kinds().values():
+        base.check_defaults(kind.options)
+        assert base.to_plain(kind.typed({})) == kind.defaults(), kind.name
+
+
 def test_the_defaults_are_the_paper_configs(paper):
     """Where config.yaml sets a defaulted key, the dataclass default is its value."""
     filled = base.fill_defaults(config_module.Config, {})

@@ -33,12 +33,17 @@ from matplotlib.figure import Figure
 
 from cselab.reporting.figures import save_figure
 from cselab.reporting.kinds import figure_kind
+from cselab.settings.base import setting, settings
 
 
-@figure_kind("toy_loss", reads="curve", trained=True,
-             options={"scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0}})
-def draw_toy_loss(inputs, options, out):
-    rows = [pd.DataFrame({"label": label, "step": curve["step"], "scaled_loss": options["scale"] * curve["loss"]})
+@settings
+class ToyLossOptions:
+    scale: float = setting(1.0, doc="the factor the loss is drawn times", exclusiveMinimum=0)
+
+
+@figure_kind("toy_loss", reads="curve", trained=True, options=ToyLossOptions)
+def draw_toy_loss(inputs, options: ToyLossOptions, out):
+    rows = [pd.DataFrame({"label": label, "step": curve["step"], "scaled_loss": options.scale * curve["loss"]})
             for label, curve in inputs.curves().items()]
     df = pd.concat(rows).dropna()
     fig = Figure(figsize=(4, 3))

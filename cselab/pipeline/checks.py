@@ -70,6 +70,7 @@ def check_figure(cfg: dict, fname: str, fig: dict) -> None:
 
     kind = figure_kinds()[fig["kind"]]
     check_kind_options(fname, fig, kind)
+    options = kind.typed(fig, where=f"figures.{fname}")
     experiments = fig.get("experiments", {})
     if kind.reads and not experiments:
         raise ConfigError(f"config key 'figures.{fname}.experiments': a {fig['kind']} figure draws experiments; "
@@ -84,12 +85,12 @@ def check_figure(cfg: dict, fname: str, fig: dict) -> None:
             raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
                               f"needs a training run")
         spec = merge_experiment(cfg, exp)
-        problem = kind.check(fig, spec) if kind.check else None
+        problem = kind.check(options, spec) if kind.check else None
         if problem:
             raise ConfigError(f"config key '{where}': {exp!r} {problem}")
-        if kind.heldout and trained and spec["training"]["holdout"] != fig["holdout"]:
+        if kind.heldout and trained and spec["training"]["holdout"] != options.holdout:
             raise ConfigError(f"config key '{where}': {exp!r} must train without the held-out slice "
-                              f"(training.holdout: {fig['holdout']}), or its statistics are on training data")
+                              f"(training.holdout: {options.holdout}), or its statistics are on training data")
 
 
 #: keys every figure has besides its kind's options
@@ -97,10 +98,10 @@ FIGURE_KEYS = ("kind", "title", "experiments", "table")
 
 
 def check_kind_options(fname: str, fig: dict, kind) -> None:
-    """A figure's options against its kind's declared JSON-schema properties (one message naming
+    """A figure's options against its kind's options dataclass (its schema: one message naming
     the key), then the kind's defaults filled in."""
-    sub = {"type": "object", "additionalProperties": False,
-           "properties": {**{k: {} for k in FIGURE_KEYS}, **kind.options}}
+    sub = kind.schema()
+    sub["properties"] = {**{k: {} for k in FIGURE_KEYS}, **sub["properties"]}
     check_schema(fig, sub, where=f"figures.{fname}", context=f"figure kind {fig['kind']!r}")
     for key, value in kind.defaults().items():
         fig.setdefault(key, value)

@@ -9,7 +9,9 @@ or built, with what it reads, its options (and their defaults) and its draw func
   function in a module of :mod:`cselab.reporting.figures` (the folder is scanned, no list to
   edit): what it reads per experiment (``curve``, ``model``, ``stsb_dev``, or nothing for a
   simulation), whether it needs trained experiments or the held-out corpus slice, its options
-  as JSON-schema properties with their defaults, and optional checks of the experiments.
+  as a settings dataclass (:func:`cselab.settings.base.setting` fields: each option's default,
+  description and constraints, declared once) and optional checks of the experiments. Its draw
+  function, ``check`` and ``values`` get the options typed (:meth:`FigureKind.typed`).
 
 The workflow's config schema takes its ``kind`` enums and each figure's options from here
 (:mod:`cselab.pipeline.config`), so a kind is added in one module and used in the config.
@@ -17,14 +19,22 @@ The workflow's config schema takes its ``kind`` enums and each figure's options 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from cselab.settings.base import default_of, fields, from_dict, schema_of, settings, to_plain
+
 #: what a figure kind can read per experiment
 READS = ("curve", "model", "stsb_dev")
+
+
+@settings
+class NoOptions:
+    """The options of a figure kind that has none."""
 
 
 @dataclass(frozen=True)
@@ -74,21 +84,33 @@ class FigureInputs:
 
 @dataclass(frozen=True)
 class FigureKind:
-    """A figure kind (see the module docstring). ``draw(inputs, options, out)`` writes the figure;
-    ``check(options, spec)`` returns why an experiment cannot be drawn (or None); ``values(options,
-    spec)`` an experiment's x value (a sweep)."""
+    """A figure kind (see the module docstring). ``options``: its settings dataclass;
+    ``draw(inputs, options, out)`` writes the figure; ``check(options, spec)`` returns why an
+    experiment cannot be drawn (or None); ``values(options, spec)`` an experiment's x value (a
+    sweep); each gets the figure's options typed (an ``options`` object)."""
 
     name: str
-    draw: Callable[[FigureInputs, dict, Out], Any]
+    draw: Callable[[FigureInputs, Any, Out], Any]
     reads: tuple[str, ...] = ()
     trained: bool = False
     heldout: bool = False
-    options: dict[str, dict] = field(default_factory=dict)
-    check: Callable[[dict, dict], str | None] | None = None
-    values: Callable[[dict, dict], float] | None = None
+    options: type = NoOptions
+    check: Callable[[Any, dict], str | None] | None = None
+    values: Callable[[Any, dict], float] | None = None
+
+    def schema(self) -> dict:
+        """The options' JSON schema (an object of the option keys only)."""
+        return schema_of(self.options)
 
     def defaults(self) -> dict:
-        return {key: prop["default"] for key, prop in self.options.items() if "default" in prop}
+        """Option key -> its default, as plain config data (in declaration order)."""
+        return {f.name: to_plain(default_of(f)) for f, _ in fields(self.options) if f.metadata.get("fill")}
+
+    def typed(self, figure: dict, where: str = "figures"):
+        """The options of a figure's config entry (its other keys left out) as the kind's
+        ``options`` object."""
+        names = {f.name for f in dataclasses.fields(self.options)}
+        return from_dict(self.options, {k: v for k, v in figure.items() if k in names}, where=where)
 
 
 _FIGURES: dict[str, FigureKind] = {}
@@ -96,15 +118,27 @@ _SCANNED = False
 
 
 def figure_kind(name: str, *, reads: tuple[str, ...] | str = (), trained: bool = False, heldout: bool = False,
-                options: dict[str, dict] | None = None, check=None, values=None):
-    """Register the decorated function as the draw function of figure kind ``name``."""
+                options: type = NoOptions, check=None, values=None):
+    """Register the decorated function as the draw function of figure kind ``name``; ``options``
+    is a ``@settings`` dataclass of the kind's options (each a :func:`~cselab.settings.base.setting`
+    with its default and constraints), the draw function gets an instance of it."""
+    from cselab.settings.entries import Figure
+
     reads = (reads,) if isinstance(reads, str) else tuple(reads)
     unknown = [r for r in reads if r not in READS]
     if unknown:
         raise ValueError(f"figure kind {name!r} reads {unknown}; a kind reads any of {READS}")
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise TypeError(f"figure kind {name!r}: options must be a @settings dataclass, got {options!r}")
+    names = {f.name for f in dataclasses.fields(options)}
+    taken = sorted(names & {f.name for f in dataclasses.fields(Figure)})
+    if taken:
+        raise ValueError(f"figure kind {name!r}: options {taken} are keys every figure has")
+    if heldout and "holdout" not in names:
+        raise ValueError(f"figure kind {name!r} reads the held-out slice: declare its 'holdout' option")
 
     def register(draw):
-        _FIGURES[name] = FigureKind(name, draw, reads, trained, heldout, dict(options or {}), check, values)
+        _FIGURES[name] = FigureKind(name, draw, reads, trained, heldout, options, check, values)
         return draw
 
     return register

@@ -102,7 +102,32 @@ def docs_text() -> str:
             kind = _type_name(tp).replace("map of section", f"map of `{key}.<name>`").replace("section", f"`{key}`")
             lines.append(f"| `{f.name}` | {kind} | {_default_text(f)} | {desc} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _figure_kind_lines())
+
+
+def _figure_kind_lines() -> list[str]:
+    """A table per figure kind: the options its figures may set beside ``kind``, ``title``,
+    ``experiments`` and ``table`` (its options dataclass, declared with the kind)."""
+    from cselab.reporting.kinds import figure_kinds
+
+    lines = ["## figures.<name>: each kind's options", "",
+             "A figure sets its kind's options beside the keys above, declared with the kind (its `options` dataclass "
+             "in `cselab/reporting/figures/`).", ""]
+    for name, kind in sorted(figure_kinds().items()):
+        if kind.draw.__module__.endswith("_test"):  # a contract test's toy kind, there while the test runs
+            continue
+        doc = (kind.draw.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        lines += [f"### kind `{name}`", ""] + ([doc, ""] if doc else [])
+        rows = base.fields(kind.options)
+        if not rows:
+            lines += ["No options.", ""]
+            continue
+        lines += ["| key | type | default | description |", "|---|---|---|---|"]
+        for f, tp in rows:
+            desc = f.metadata.get("doc", "").replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{f.name}` | {_type_name(tp)} | {_default_text(f)} | {desc} |")
+        lines.append("")
+    return lines
 
 
 def stale() -> list[Path]:

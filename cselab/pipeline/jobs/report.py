@@ -123,7 +123,7 @@ def figure(smk) -> None:
         files={label: {read: Path(smk.input[f"{key}_{read}"]) for read in kind.reads} for label, _, key in entries},
         settings=smk.params.settings, cache=Path(outputs.EMBEDDING_CACHE), senteval=senteval_root(smk.input.senteval),
         heldout=Path(smk.input.heldout) if "heldout" in smk.input.keys() else None, values=smk.params.values)
-    with run(smk, params={"figure": fig}, label=name) as r:  # the kind's draw reads its options from the plain entry
-        kind.draw(inputs, fig, Out(Path(smk.output.png), Path(smk.output.csv), spec.title, name))
+    with run(smk, params={"figure": fig}, label=name) as r:
+        kind.draw(inputs, kind.typed(fig, where=f"figures.{name}"), Out(Path(smk.output.png), Path(smk.output.csv), spec.title, name))
         r.log_artifact(smk.output.png)
         r.log_artifact(smk.output.csv)

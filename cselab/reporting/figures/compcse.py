@@ -13,6 +13,7 @@ import pandas as pd
 
 from cselab.reporting.figures import curve_rows, new_figure, save_figure
 from cselab.reporting.kinds import FigureInputs, Out, figure_kind
+from cselab.settings.base import setting, settings
 
 #: The example sentences of CompCSE §3/§6 (Figure 4): each anchor followed by the texts it is
 #: compared with ("A man is lifting weights in a garage" vs "A man is lifting weights", "A man in a
@@ -163,37 +164,56 @@ def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], 
 
 # -- the kinds -----------------------------------------------------------------------------------
 
-_MAX_STEP = {"type": "integer", "minimum": 1, "description": "the last training step drawn"}
+_MAX_STEP_DOC = "the last training step drawn"
 
 
-@figure_kind("alignment_uniformity", reads="curve", trained=True, options={"max_step": {**_MAX_STEP, "default": 500}})
-def draw_alignment_uniformity(inputs: FigureInputs, options: dict, out: Out):
+@settings
+class AlignmentUniformityOptions:
+    max_step: int = setting(500, doc=_MAX_STEP_DOC, minimum=1)
+
+
+@settings
+class DevCurveOptions:
+    max_step: int = setting(1000, doc=_MAX_STEP_DOC, minimum=1)
+
+
+@settings
+class SimilarityHeatmapOptions:
+    sentences: list[str] | None = setting(None, doc="the sentences compared (default: CompCSE's examples)",
+                                          minItems=2, items={"minLength": 1})
+
+
+@settings
+class UmapOptions:
+    seed: int = setting(42, doc="UMAP's random_state", minimum=0)
+
+
+@figure_kind("alignment_uniformity", reads="curve", trained=True, options=AlignmentUniformityOptions)
+def draw_alignment_uniformity(inputs: FigureInputs, options: AlignmentUniformityOptions, out: Out):
     """CompCSE Figure 2 from the training curves (alignment and uniformity on STS-B dev)."""
-    return figure_alignment_uniformity(inputs.curves(), max_step=options["max_step"], **out.kwargs())
+    return figure_alignment_uniformity(inputs.curves(), max_step=options.max_step, **out.kwargs())
 
 
-@figure_kind("dev_curve", reads="curve", trained=True, options={"max_step": {**_MAX_STEP, "default": 1000}})
-def draw_dev_curve(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("dev_curve", reads="curve", trained=True, options=DevCurveOptions)
+def draw_dev_curve(inputs: FigureInputs, options: DevCurveOptions, out: Out):
     """CompCSE Figure 3: STS-B dev during training, from the training curves."""
-    return figure_dev_curve(inputs.curves(), max_step=options["max_step"], **out.kwargs())
+    return figure_dev_curve(inputs.curves(), max_step=options.max_step, **out.kwargs())
 
 
-@figure_kind("similarity_heatmap", reads="model", options={
-    "sentences": {"type": ["array", "null"], "minItems": 2, "items": {"type": "string", "minLength": 1},
-                  "default": None, "description": "the sentences compared (default: CompCSE's examples)"}})
-def draw_similarity_heatmap(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("similarity_heatmap", reads="model", options=SimilarityHeatmapOptions)
+def draw_similarity_heatmap(inputs: FigureInputs, options: SimilarityHeatmapOptions, out: Out):
     """CompCSE Figure 4 (and DiffCSE's beside it): cosines of the example sentences per model."""
     encoders = {label: m.encode_fn(f"{out.name}-sentences") for label, m in inputs.models().items()}
-    return figure_similarity_heatmap(encoders, sentences=options["sentences"], **out.kwargs())
+    sentences = None if options.sentences is None else list(options.sentences)
+    return figure_similarity_heatmap(encoders, sentences=sentences, **out.kwargs())
 
 
-@figure_kind("umap", reads="model", options={
-    "seed": {"type": "integer", "minimum": 0, "default": 42, "description": "UMAP's random_state"}})
-def draw_umap(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("umap", reads="model", options=UmapOptions)
+def draw_umap(inputs: FigureInputs, options: UmapOptions, out: Out):
     """CompCSE Figure 5: UMAP of the STS-B dev sentences (the encoding STS-B dev evaluation cached)."""
     from cselab.data.tasks import stsb_dev
 
     dev = stsb_dev(inputs.senteval)
     sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))
     embeddings = {label: m.encode_fn("stsb-dev")(sentences) for label, m in inputs.models().items()}
-    return figure_umap(embeddings, sentences, seed=options["seed"], **out.kwargs())
+    return figure_umap(embeddings, sentences, seed=options.seed, **out.kwargs())

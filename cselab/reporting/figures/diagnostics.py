@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from cselab.reporting.figures import new_figure, save_figure
-from cselab.reporting.kinds import FigureInputs, Out, figure_kind
+from cselab.reporting.kinds import FigureInputs, NoOptions, Out, figure_kind
 
 #: (curve column, panel title): the logging windows' diagnostics, then the dev evaluations'
 PANELS = (("view_cosine", "cosine of the two views"), ("duplicate_rate", "in-batch duplicate rate"),
@@ -62,6 +62,6 @@ def figure_diagnostics(curves: Mapping[str, pd.DataFrame], out_png, out_csv, tit
 
 
 @figure_kind("diagnostics", reads="curve", trained=True)
-def draw_diagnostics(inputs: FigureInputs, options: dict, out: Out):
+def draw_diagnostics(inputs: FigureInputs, options: NoOptions, out: Out):
     """The training diagnostics of the figure's runs, from their curves."""
     return figure_diagnostics(inputs.curves(), **out.kwargs())

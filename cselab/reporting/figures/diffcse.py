@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from cselab.reporting.figures import label_axes, new_figure, save_figure
-from cselab.reporting.kinds import FigureInputs, Out, figure_kind
+from cselab.reporting.kinds import FigureInputs, NoOptions, Out, figure_kind
+from cselab.settings.base import setting, settings
 
 #: the five rating groups of DiffCSE Figure 2: [0, 1), [1, 2), [2, 3), [3, 4), [4, 5]
 RATING_GROUPS = ("0-1", "1-2", "2-3", "3-4", "4-5")
@@ -105,7 +106,7 @@ def _stsb_test(senteval):
 
 
 @figure_kind("similarity_by_rating", reads="model")
-def draw_similarity_by_rating(inputs: FigureInputs, options: dict, out: Out):
+def draw_similarity_by_rating(inputs: FigureInputs, options: NoOptions, out: Out):
     """DiffCSE Figure 2: each model's cosine of the STS-B test pairs, grouped by human rating."""
     test, sentences = _stsb_test(inputs.senteval)
     index = {s: i for i, s in enumerate(sentences)}
@@ -119,19 +120,23 @@ def draw_similarity_by_rating(inputs: FigureInputs, options: dict, out: Out):
     return figure_similarity_by_rating(sims, **out.kwargs())
 
 
-@figure_kind("retrieval_examples", reads="model", options={
-    "queries": {"type": ["array", "null"], "minItems": 1, "items": {"type": "string", "minLength": 1},
-                "default": None, "description": "the queries (default: the paper's three, DiffCSE Table 9)"},
-    "k": {"type": "integer", "minimum": 1, "default": 3, "description": "sentences retrieved per query"}})
-def draw_retrieval_examples(inputs: FigureInputs, options: dict, out: Out):
+@settings
+class RetrievalExamplesOptions:
+    queries: list[str] | None = setting(None, doc="the queries (default: the paper's three, DiffCSE Table 9)",
+                                        minItems=1, items={"minLength": 1})
+    k: int = setting(3, doc="sentences retrieved per query", minimum=1)
+
+
+@figure_kind("retrieval_examples", reads="model", options=RetrievalExamplesOptions)
+def draw_retrieval_examples(inputs: FigureInputs, options: RetrievalExamplesOptions, out: Out):
     """DiffCSE Table 9 as a figure: the top-k STS-B test sentences per query, the paper's beside."""
     from cselab.reporting.published import retrieval_examples as printed_examples
 
     _, corpus = _stsb_test(inputs.senteval)
     printed = printed_examples("diffcse")
-    queries = options["queries"] or [e["query"] for e in printed]
+    queries = list(options.queries or ()) or [e["query"] for e in printed]
     embeddings = {label: (m.encode_fn("stsb-test")(corpus), m.encode_fn(f"{out.name}-queries")(queries))
                   for label, m in inputs.models().items()}
-    df = retrieval_examples(embeddings, corpus, queries, k=options["k"],
+    df = retrieval_examples(embeddings, corpus, queries, k=options.k,
                             printed=[e for e in printed if e["query"] in queries])
     return figure_retrieval_examples(df, **out.kwargs())

@@ -13,13 +13,14 @@ point. The negatives enter each term only through ``sum_j exp(cos theta_j / tau)
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from cselab.reporting.figures import label_axes, new_figure, save_figure
-from cselab.reporting.kinds import FigureInputs, Out, figure_kind
+from cselab.reporting.kinds import FigureInputs, NoOptions, Out, figure_kind
+from cselab.settings.base import setting, settings
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -479,90 +480,132 @@ def figure_angle_statistics(curves: Mapping[str, pd.DataFrame], out_png, out_csv
 
 # -- the kinds -----------------------------------------------------------------------------------
 
-_POINTS = {"type": "integer", "minimum": 1, "default": 100, "description": "grid points per axis (the paper: 100)"}
-_BATCHES = {"type": "integer", "minimum": 1, "default": 1000, "description": "batches per point (the paper: 1,000)"}
-_SEED = {"type": "integer", "minimum": 0, "default": 0, "description": "the simulation's random seed"}
-_HOLDOUT = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.1,
-            "description": "the held-out fraction of the corpus (as the experiments' training.holdout)"}
-_MAX_SENTENCES = {"type": "integer", "minimum": 1, "default": 10000, "description": "held-out sentences used"}
+def _points():
+    return setting(100, doc="grid points per axis (the paper: 100)", minimum=1)
 
 
-@figure_kind("gradient_dissipation", options={
-    "losses": {"type": "array", "minItems": 1, "items": {"enum": list(GD_LOSSES)}, "default": list(GD_LOSSES),
-               "description": "the losses whose GD term is drawn"},
-    "points": _POINTS, "batches": _BATCHES, "seed": _SEED})
-def draw_gradient_dissipation(inputs: FigureInputs, options: dict, out: Out):
+def _batches():
+    return setting(1000, doc="batches per point (the paper: 1,000)", minimum=1)
+
+
+def _seed():
+    return setting(0, doc="the simulation's random seed", minimum=0)
+
+
+def _holdout():
+    return setting(0.1, doc="the held-out fraction of the corpus (as the experiments' training.holdout)",
+                   exclusiveMinimum=0, exclusiveMaximum=1)
+
+
+def _max_sentences():
+    return setting(10000, doc="held-out sentences used", minimum=1)
+
+
+@settings
+class GradientDissipationOptions:
+    losses: list[Literal[GD_LOSSES]] = setting(list(GD_LOSSES), doc="the losses whose GD term is drawn", minItems=1)
+    points: int = _points()
+    batches: int = _batches()
+    seed: int = _seed()
+
+
+@settings
+class GradientWeightOptions:
+    temperatures: list[float] = setting(list(WEIGHT_TEMPERATURES), doc="the temperatures drawn", minItems=1,
+                                        items={"exclusiveMinimum": 0})
+    points: int = _points()
+    batches: int = _batches()
+    seed: int = _seed()
+
+
+@settings
+class GradientRatioOptions:
+    points: int = _points()
+
+
+@settings
+class ComponentSweepOptions:
+    parameter: Literal["m", "tau", "ratio"] = setting("m", doc="the option on the x axis")
+
+
+@settings
+class TrainingRatioOptions:
+    holdout: float = _holdout()
+    max_sentences: int = _max_sentences()
+    batch_size: int = setting(128, doc="held-out sentences per batch for Figure 8(a) (the paper's training batch)",
+                              minimum=1)
+    margins: list[float] = setting(list(LEMMA1_MARGINS), doc="GD margins m that select the anchors of (a)",
+                                   minItems=1, items={"minimum": 0})
+    step_sizes: list[float] = setting(list(LEMMA1_STEP_SIZES), minItems=1, items={"minimum": 0},
+                                      doc="Lemma 1's step lengths for (a); 0: the limit (sin beta / sin alpha) "
+                                          "cos theta")
+
+
+@settings
+class HeldoutStatisticsOptions:
+    holdout: float = _holdout()
+    max_sentences: int = _max_sentences()
+
+
+@figure_kind("gradient_dissipation", options=GradientDissipationOptions)
+def draw_gradient_dissipation(inputs: FigureInputs, options: GradientDissipationOptions, out: Out):
     """Figure 2: the simulated gradient-dissipation term (no training)."""
-    return figure_gd(losses=options["losses"], n_batches=options["batches"], seed=options["seed"],
-                     points=options["points"], **out.kwargs())
+    return figure_gd(losses=list(options.losses), n_batches=options.batches, seed=options.seed,
+                     points=options.points, **out.kwargs())
 
 
-@figure_kind("gradient_weight", options={
-    "temperatures": {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 0},
-                     "default": list(WEIGHT_TEMPERATURES)},
-    "points": _POINTS, "batches": _BATCHES, "seed": _SEED})
-def draw_gradient_weight(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("gradient_weight", options=GradientWeightOptions)
+def draw_gradient_weight(inputs: FigureInputs, options: GradientWeightOptions, out: Out):
     """Figure 3: the hardest negative's share of the simulated weight term."""
-    return figure_weight(temperatures=options["temperatures"], n_batches=options["batches"], seed=options["seed"],
-                         points=options["points"], **out.kwargs())
+    return figure_weight(temperatures=list(options.temperatures), n_batches=options.batches, seed=options.seed,
+                         points=options.points, **out.kwargs())
 
 
-@figure_kind("gradient_ratio", options={"points": _POINTS})
-def draw_gradient_ratio(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("gradient_ratio", options=GradientRatioOptions)
+def draw_gradient_ratio(inputs: FigureInputs, options: GradientRatioOptions, out: Out):
     """Figure 4: the dynamic ratios of ArcCon and MET over the angle grid."""
-    return figure_ratio(points=options["points"], **out.kwargs())
+    return figure_ratio(points=options.points, **out.kwargs())
 
 
-def _sweep_check(options: dict, spec: dict) -> str | None:
-    if spec["options"].get(options["parameter"]) is None:
-        return f"sets no options.{options['parameter']}, the value this sweep plots"
+def _sweep_check(options: ComponentSweepOptions, spec: dict) -> str | None:
+    if spec["options"].get(options.parameter) is None:
+        return f"sets no options.{options.parameter}, the value this sweep plots"
     return None
 
 
 @figure_kind("component_sweep", reads="stsb_dev", trained=True, check=_sweep_check,
-             values=lambda options, spec: float(spec["options"][options["parameter"]]),
-             options={"parameter": {"enum": ["m", "tau", "ratio"], "default": "m",
-                                    "description": "the option on the x axis"}})
-def draw_component_sweep(inputs: FigureInputs, options: dict, out: Out):
+             values=lambda options, spec: float(spec["options"][options.parameter]), options=ComponentSweepOptions)
+def draw_component_sweep(inputs: FigureInputs, options: ComponentSweepOptions, out: Out):
     """Figure 6: STS-B dev against one component's value, one experiment per value."""
     import json
 
     scores = {label: json.loads(inputs.files[label]["stsb_dev"].read_text())["scores"]["STS-B dev"]
               for label in inputs.labels}
-    return figure_sweep({inputs.values[label]: scores[label] for label in scores}, options["parameter"],
+    return figure_sweep({inputs.values[label]: scores[label] for label in scores}, options.parameter,
                         **out.kwargs())
 
 
-def _heldout_sentences(inputs: FigureInputs, options: dict) -> list[str]:
+def _heldout_sentences(inputs: FigureInputs, options: TrainingRatioOptions | HeldoutStatisticsOptions) -> list[str]:
     from cselab.data.corpus import read_sentences
 
-    return read_sentences(inputs.heldout)[: options["max_sentences"]]
+    return read_sentences(inputs.heldout)[: options.max_sentences]
 
 
-@figure_kind("training_ratio", reads=("model", "curve"), trained=True, heldout=True, options={
-    "holdout": _HOLDOUT, "max_sentences": _MAX_SENTENCES,
-    "batch_size": {"type": "integer", "minimum": 1, "default": 128,
-                   "description": "held-out sentences per batch for Figure 8(a) (the paper's training batch)"},
-    "margins": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0},
-                "default": list(LEMMA1_MARGINS), "description": "GD margins m that select the anchors of (a)"},
-    "step_sizes": {"type": "array", "minItems": 1, "items": {"type": "number", "minimum": 0},
-                   "default": list(LEMMA1_STEP_SIZES),
-                   "description": "Lemma 1's step lengths for (a); 0: the limit (sin beta / sin alpha) cos theta"}})
-def draw_training_ratio(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("training_ratio", reads=("model", "curve"), trained=True, heldout=True, options=TrainingRatioOptions)
+def draw_training_ratio(inputs: FigureInputs, options: TrainingRatioOptions, out: Out):
     """Figure 8: (a) from the checkpoints on the held-out slice, (b) and (c) from the training
     curves (their columns checked before any model is loaded)."""
     curves = inputs.curves()
     require_curve_columns(curves, TRAINING_RATIO_COLUMNS, "Figure 8", inputs.labels)
     sentences = _heldout_sentences(inputs, options)
-    min_ratios = {label: heldout_min_ratios(dropout_pairs(m.encoder, sentences, options["batch_size"]),
-                                            options["margins"], options["step_sizes"])
+    min_ratios = {label: heldout_min_ratios(dropout_pairs(m.encoder, sentences, options.batch_size),
+                                            list(options.margins), list(options.step_sizes))
                   for label, m in inputs.models().items()}
     return figure_training_ratio(curves, min_ratios, experiments=inputs.labels, **out.kwargs())
 
 
-@figure_kind("heldout_statistics", reads="model", heldout=True,
-             options={"holdout": _HOLDOUT, "max_sentences": _MAX_SENTENCES})
-def draw_heldout_statistics(inputs: FigureInputs, options: dict, out: Out):
+@figure_kind("heldout_statistics", reads="model", heldout=True, options=HeldoutStatisticsOptions)
+def draw_heldout_statistics(inputs: FigureInputs, options: HeldoutStatisticsOptions, out: Out):
     """Figures 5 and 7 from the checkpoints on the held-out slice."""
     sentences = _heldout_sentences(inputs, options)
     stats = {label: heldout_statistics(dropout_pairs(m.encoder, sentences)) for label, m in inputs.models().items()}
@@ -570,6 +613,6 @@ def draw_heldout_statistics(inputs: FigureInputs, options: dict, out: Out):
 
 
 @figure_kind("angle_statistics", reads="curve", trained=True)
-def draw_angle_statistics(inputs: FigureInputs, options: dict, out: Out):
+def draw_angle_statistics(inputs: FigureInputs, options: NoOptions, out: Out):
     """Figure 9: the positive and negative angles' means and deviations from the training curves."""
     return figure_angle_statistics(inputs.curves(), experiments=inputs.labels, **out.kwargs())
