@@ -8,6 +8,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+#: the files that run whole workflows (real snakemake, training, clusters), longest first: with
+#: parallel workers (``-n 2 --dist loadfile``) they start first and the short files fill in after,
+#: so no worker is left alone with a long file at the end (xdist's own order puts files with many
+#: quick tests first)
+LONG_FILES = ("test_faults.py", "test_slurm.py", "test_workflow_compcse.py", "test_workflow_paradigm.py",
+              "test_workflow_infocse.py", "test_workflow.py", "test_distributed.py", "test_workflow_export.py",
+              "test_resume.py", "test_sweep_workflow.py", "test_workflow_new_method.py", "test_beir_shared.py",
+              "test_plugins.py", "test_mlflow_server.py", "test_evaluation_kinds.py", "test_span_shards.py",
+              "test_spans.py", "test_export.py", "test_cost_plan.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist present: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory):
     """Path of a tiny random BERT checkpoint built from a config (no download)."""
