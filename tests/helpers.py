@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.server
 import os
 import random
+import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -91,6 +93,21 @@ class LoopbackServer:
 
 WORDS = ("man woman dog cat child car plane guitar flute horse ball river street kitchen garden "
          "plays runs walks eats rides sings cuts sleeps jumps drives reads watches").split()
+
+
+def private_checkout(dest: Path) -> Path:
+    """A copy of this checkout's files (tracked and untracked, not ignored) at ``dest``: a test
+    that drops a module into the package works on the copy, so the other test worker never
+    scans it. Snakemake run with ``-s dest/Snakefile`` and its jobs import ``dest/cselab``."""
+    root = Path(__file__).resolve().parents[1]
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            capture_output=True, text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        src = root / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
 
 
 def random_sentence(rng: random.Random, n: int | None = None) -> str:

@@ -25,9 +25,10 @@ TABLES = ["table1", "table_transfer", "table_beir", "table_retrieval", "table_ge
 IDS = ["untrained-tiny", "simcse-tiny", "compcse-tiny"]
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = None,
+              root: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, **(env or {})}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if check and proc.returncode != 0:

@@ -1,6 +1,8 @@
 """The method contract end to end: a new method is one module dropped into
 cselab/training/methods/ plus config entries, and nothing else; so is a new figure kind (one
-module in cselab/reporting/figures/ plus its config entry).
+module in cselab/reporting/figures/ plus its config entry). The modules are dropped into a
+private copy of the checkout, which the test's Snakemake runs from: the other test worker,
+planning from this checkout at the same time, never scans them.
 
 The toy method has its own head (with its own learning rate), a frozen extra network loaded
 from a declared upstream artifact, and that artifact is a pretraining stage of the same module.
@@ -18,12 +20,13 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import make_corpus, make_senteval, make_transfer
-from tests.test_workflow import ROOT, snakemake
+from tests.helpers import make_corpus, make_senteval, make_transfer, private_checkout
+from tests.test_workflow import ROOT
+from tests.test_workflow import snakemake as snakemake_in
 
-METHODS_DIR = ROOT / "cselab" / "training" / "methods"
+METHODS_DIR = Path("cselab") / "training" / "methods"
 MODULE = "toy_contract_test.py"
-FIGURES_DIR = ROOT / "cselab" / "reporting" / "figures"
+FIGURES_DIR = Path("cselab") / "reporting" / "figures"
 FIGURE_MODULE = "toy_figure_test.py"
 
 TOY_FIGURE = '''"""A toy figure kind for the contract test (written and removed by the test)."""
@@ -124,26 +127,13 @@ class Toy(Method):
 '''
 
 
-def dropped_in(folder: Path, module: str, text: str):
-    """``text`` as the module ``module`` of a scanned package folder, removed afterwards."""
-    path = folder / module
-    path.write_text(text)
-    try:
-        yield path
-    finally:
-        path.unlink(missing_ok=True)
-        for cache in (folder / "__pycache__").glob(f"{path.stem}*"):
-            cache.unlink()
-
-
 @pytest.fixture
-def toy_module():
-    yield from dropped_in(METHODS_DIR, MODULE, TOY)
-
-
-@pytest.fixture
-def toy_figure_module():
-    yield from dropped_in(FIGURES_DIR, FIGURE_MODULE, TOY_FIGURE)
+def checkout(tmp_path_factory):
+    """A private copy of the checkout with the toy method and the toy figure kind dropped in."""
+    root = private_checkout(tmp_path_factory.mktemp("checkout"))
+    (root / METHODS_DIR / MODULE).write_text(TOY)
+    (root / FIGURES_DIR / FIGURE_MODULE).write_text(TOY_FIGURE)
+    return root
 
 
 def train_runs(workdir: Path) -> list:
@@ -172,8 +162,10 @@ def write_config(workdir: Path) -> None:
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
 
 
-def test_a_new_method_is_one_module_and_config(toy_module, toy_figure_module, tmp_path, tiny_bert):
-    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+def test_a_new_method_is_one_module_and_config(checkout, tmp_path, tiny_bert):
+    def snakemake(*args, **kwargs):
+        return snakemake_in(*args, root=checkout, **kwargs)
+
     workdir = tmp_path
     make_senteval(workdir / "data" / "senteval", n_extra=12)
     make_transfer(workdir / "data" / "senteval")
@@ -231,7 +223,7 @@ def test_a_new_method_is_one_module_and_config(toy_module, toy_figure_module, tm
     proc = snakemake(workdir, "-n", "results/toy_fig.png", check=False)
     assert proc.returncode != 0 and "unknown config key 'figures.toy_fig.scal' (did you mean 'scale'?)" in proc.stdout + proc.stderr
 
-    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-    ours = (MODULE, FIGURE_MODULE)
-    assert [line for line in after.splitlines() if not any(m in line for m in ours)] == [
-        line for line in before.splitlines() if not any(m in line for m in ours)]  # no other file touched
+    copied = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.split()
+    assert all((checkout / name).read_bytes() == (ROOT / name).read_bytes()
+               for name in copied if (ROOT / name).is_file())  # no other file of the checkout touched
