@@ -149,32 +149,19 @@ def check_training_keys(cfg: dict, cls, options, where: str) -> None:
                               f"(training_keys), which is none; valid: {', '.join(sorted(valid))}")
 
 
-def _is_method_name(name: str) -> bool:
-    """Whether ``name`` is a registered method's: its declaration (torch-free: the built-in ones and
-    the plugins'), or an implementation when the methods are imported already."""
-    import sys
-
-    from cselab.training import method_config
-
-    if name in method_config._CONFIGS:
-        return True
-    methods = sys.modules.get("cselab.training.methods")
-    return methods is not None and name in methods.registry()
-
-
 def resolve_objectives(cfg: dict) -> None:
     """One spelling per method: a ``methods:`` entry named after a registered method trains that
     method (its ``objective`` is implied; naming another is an error); any other entry (a
     composition or a variant: ``diffcse``, ``paradigm-mhe``) names its objective. Fills in the
     implied objectives, so every later reader finds ``objective`` in each entry."""
-    from cselab.training.method_config import find_config, method_names
+    from cselab.training.method_config import find_config, is_registered, method_names
 
     for key, entry in (cfg.get("methods") or {}).items():
         if not isinstance(entry, dict):
             continue  # the schema names it
         objective = entry.get("objective")
         if objective is None:
-            if _is_method_name(key) or find_config(key) is not None:
+            if is_registered(key) or find_config(key) is not None:
                 entry["objective"] = key
                 continue
             former = {old: new for new, old in RENAMED_METHODS.items()}.get(key)
@@ -182,7 +169,7 @@ def resolve_objectives(cfg: dict) -> None:
             raise ConfigError(f"config key 'methods.{key}': {key!r} is no method's name{hint}; an entry named "
                               f"otherwise names the method it trains (objective: <method>); methods: "
                               f"{', '.join(method_names())}")
-        elif objective != key and _is_method_name(key) and find_config(objective) is not None:  # (else: unknown)
+        elif objective != key and is_registered(key) and find_config(objective) is not None:  # (else: unknown)
             raise ConfigError(f"config key 'methods.{key}.objective': the entry {key!r} is named after the method "
                               f"{key!r} and trains it; drop 'objective: {objective}', or give the entry a name "
                               f"of its own for a variant of {objective!r}")

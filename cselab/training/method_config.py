@@ -142,6 +142,17 @@ def find_config(name: str) -> type[MethodConfig] | None:
     return registry().get(name)
 
 
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is a registered method's, without importing torch: a declaration (the
+    built-in ones and the plugins'), or an implementation when the methods are imported already."""
+    import sys
+
+    if name in _CONFIGS:
+        return True
+    methods = sys.modules.get("cselab.training.methods")
+    return methods is not None and name in methods.registry()
+
+
 def method_names() -> list[str]:
     """Every registered method's name: the declarations and the implementations (torch imported)."""
     from cselab.training.methods import registry
