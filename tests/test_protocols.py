@@ -47,6 +47,15 @@ def test_one_forward_per_sentence_and_truncation(encoder, root):
     assert set(embedded) == {(p, t) for p in protocols.POOLERS for t in (None, 8)}
 
 
+def test_a_truncation_no_sentence_reaches_runs_nothing_again(encoder, root):
+    sentences = protocols.evaluation_sentences(root)
+    rows = count_rows(encoder)
+    embedded = protocols.embed_protocols(encoder, None, sentences, [None, 512])
+    assert sum(rows) == len(sentences)  # no sentence is longer than 512 tokens: one forward each
+    for p in protocols.POOLERS:
+        assert np.array_equal(embedded[(p, 512)].vectors, embedded[(p, None)].vectors)
+
+
 @pytest.mark.parametrize("pooler,ours", [("cls_before_pooler", "cls"), ("avg", "avg")])
 def test_scores_equal_the_standard_evaluation(tiny_bert, encoder, root, pooler, ours):
     rows = protocols.score_protocols(protocols.embed_protocols(encoder, None, protocols.evaluation_sentences(root),

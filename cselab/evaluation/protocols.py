@@ -86,6 +86,9 @@ def embed_protocols(encoder, head, sentences: list[str], truncations: list[int |
     out = {(p, None): Embeddings(sentences, full[p]) for p in POOLERS}
     for length in (t for t in truncations if t is not None):
         longer = [i for i, row in enumerate(full_ids) if len(row) > length]
+        if not longer:  # no sentence reaches the cut: the untruncated embeddings are the answer
+            out.update({(p, length): out[(p, None)] for p in POOLERS})
+            continue
         cut = pooled_all(encoder, head, encoder.tokenize([sentences[i] for i in longer], length), batch_size)
         for p in POOLERS:
             vectors = full[p].copy()
