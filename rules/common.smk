@@ -1,5 +1,6 @@
 # Shared set-up: make the library importable, validate the config, name experiments.
 # Everything here asks the library (cselab.pipeline): paths from outputs, settings from config.
+import functools
 import math
 import os
 from pathlib import Path
@@ -17,10 +18,11 @@ from cselab.data import beir as cselab_beir
 from cselab.data.senteval import KNOWN_TASKS
 from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
+from cselab.pipeline import experiments as cselab_experiments
 from cselab.pipeline import outputs as OUT
 from cselab.pipeline import targets as cselab_targets
 from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
-from cselab.settings import typed_config
+from cselab.settings import ExperimentSpec, typed_config
 
 def _config_sources():
     """The config's sources in Snakemake's order (later wins): the workflow's config.yaml, each
@@ -121,10 +123,20 @@ def cfg_call(fn, *args, **kwargs):
         raise WorkflowError(str(e))
 
 
+# The specs and training worlds below are pure functions of CFG (fixed once validated), asked for
+# by several input functions, params and resources of each job: each is built once per invocation
+# (functools.cache; a typed spec in the library's cache), and its callers only read it.
+@functools.cache
 def experiment_spec(exp):
     return cfg_call(cselab_config.experiment_spec, exp)
 
 
+def typed_experiment_spec(exp):
+    """:func:`experiment_spec`, typed (:class:`cselab.settings.ExperimentSpec`; the library keeps it)."""
+    return cfg_call(cselab_experiments.typed_spec, exp)
+
+
+@functools.cache
 def pretraining_spec(stage, plm):
     return cfg_call(cselab_config.pretraining_spec, stage, plm)
 
@@ -137,6 +149,7 @@ def artifacts(spec):
         raise WorkflowError(str(e))
 
 
+@functools.cache
 def training_world(exp=None, stage=None):
     """(devices per node, nodes) of a training job: operational settings, not in its params."""
     ops = cfg_call(cselab_config.operational_settings, exp, stage)
@@ -145,7 +158,8 @@ def training_world(exp=None, stage=None):
 
 def training_inputs(spec):
     """What a training job reads: its corpus, the resolved PLM and the declared artifacts."""
-    return {"corpus": cselab_config.corpus_file(spec), "plm": OUT.path(OUT.PLM, plm=spec["plm"]),
+    spec = ExperimentSpec.of(spec)
+    return {"corpus": cselab_config.corpus_file(spec), "plm": OUT.path(OUT.PLM, plm=spec.plm),
             **{f"artifact_{role}": path for role, path in artifacts(spec).items()}}
 
 

@@ -6,7 +6,7 @@
 
 rule train:
     input:
-        unpack(lambda wc: training_inputs(experiment_spec(wc.exp))),
+        unpack(lambda wc: training_inputs(typed_experiment_spec(wc.exp))),
         senteval=rules.prepare_senteval.output.manifest,
     output:
         model=directory(OUT.MODEL),
@@ -14,7 +14,7 @@ rule train:
         summary=OUT.TRAIN_SUMMARY,
     params:
         spec=lambda wc: experiment_spec(wc.exp),
-        artifacts=lambda wc: artifacts(experiment_spec(wc.exp)),
+        artifacts=lambda wc: artifacts(typed_experiment_spec(wc.exp)),
     log:
         OUT.job_log("train", "{exp}"),
     benchmark:

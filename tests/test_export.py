@@ -100,7 +100,8 @@ def test_mteb_check_flags_a_disagreement(tmp_path):
 
 def card_inputs():
     spec = {"id": "simcse-minilm-s1", "name": "simcse-minilm", "plm": "minilm", "model": "all-MiniLM-L6-v2",
-            "method": "simcse", "signature": "simcse", "options": {"head": "mlp"}, "auxiliaries": {}, "seed": 1,
+            "method": "simcse", "objective": "simcse", "weight": 1.0, "signature": "simcse", "options": {"head": "mlp"},
+            "auxiliaries": {}, "seed": 1,
             "training": {"batch_size": 64, "lr": 3e-5, "max_steps": 50, "max_len": 32, "temperature": 0.05,
                          "pooler": "cls", "dropout": 0.1, "precision": "fp32"}}
     rng = np.random.default_rng(0)

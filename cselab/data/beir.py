@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -66,7 +67,19 @@ def retrieval_params(beir: dict) -> dict:
 def beir_settings(beir: dict | Beir) -> Beir:
     """The ``evaluation.beir`` settings, typed (a plain dict from the config converted; missing
     keys: their defaults)."""
-    return beir if isinstance(beir, Beir) else from_dict(Beir, beir, where="evaluation.beir")
+    if isinstance(beir, Beir):
+        return beir
+    try:
+        plain = json.dumps(beir, sort_keys=True)
+    except (TypeError, ValueError):  # no JSON (no valid config either): typed as it is, for from_dict's message
+        return from_dict(Beir, beir, where="evaluation.beir")
+    return _beir_settings(plain)
+
+
+@functools.lru_cache(maxsize=64)
+def _beir_settings(plain: str) -> Beir:
+    """Typed settings, cached by value (frozen, so shared: planning sizes every BEIR job from them)."""
+    return from_dict(Beir, json.loads(plain), where="evaluation.beir")
 
 
 #: A dataset not in :data:`BEIR_SIZES` (a local one) is sized as this many documents and queries.

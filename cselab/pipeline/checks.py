@@ -8,6 +8,7 @@ import re
 
 from cselab.errors import ConfigError, check_schema
 from cselab.pipeline.experiments import RENAMED_METHODS, UNTRAINED, merge_experiment
+from cselab.settings.spec import ExperimentSpec
 
 
 def check_shared_corpora(beir: dict) -> None:
@@ -35,21 +36,42 @@ def check_table_reports(cfg: dict) -> None:
             raise ConfigError(f"config key 'evaluation.{key}.table': unknown table {table!r}; defined under "
                               f"'tables': {', '.join(sorted(cfg['tables']))}")
     opts = cfg["evaluation"]["seed_power"]
-    if opts["baseline"] and opts["baseline"] not in cfg["tables"][opts["table"]]["experiments"]:
+    sweep = named_sweep(cfg, opts["baseline"], "evaluation.seed_power.baseline")
+    if sweep is not None and opts["table"] not in cfg["sweeps"][sweep]["rows"]:
+        raise ConfigError(f"config key 'evaluation.seed_power.baseline': table {opts['table']!r} does not list "
+                          f"{opts['baseline']!r} among its experiments; add it there")
+    if sweep is None and opts["baseline"] and opts["baseline"] not in cfg["tables"][opts["table"]]["experiments"]:
         raise ConfigError(f"config key 'evaluation.seed_power.baseline': {opts['baseline']!r} is not an experiment "
                           f"of table {opts['table']!r}: {', '.join(cfg['tables'][opts['table']]['experiments'])}")
 
 
+def named_sweep(cfg: dict, entry, where: str) -> str | None:
+    """The sweep an experiment entry names (``sweep:<s>``: its winner, resolved through the sweep's
+    report when the workflow plans), or None for another entry; an unknown sweep is an error naming ``where``."""
+    from cselab.pipeline.sweeps import TABLE_ENTRY  # (sweeps imports this module)
+
+    if not (isinstance(entry, str) and entry.startswith(TABLE_ENTRY)):
+        return None
+    name, sweeps = entry[len(TABLE_ENTRY):], cfg.get("sweeps") or {}
+    if name not in sweeps:
+        raise ConfigError(f"config key '{where}': unknown sweep {name!r} in {entry!r}; defined under 'sweeps': "
+                          f"{', '.join(sorted(sweeps)) or 'none'}")
+    return name
+
+
 def check_export(cfg: dict) -> None:
-    """The exported tables and the MTEB check's experiments are configured ones."""
+    """The exported tables and experiments, and the MTEB check's, are configured ones (or
+    ``sweep:<s>``, a configured sweep's winner)."""
     for table in cfg["export"]["tables"] or []:
         if table not in cfg["tables"]:
             raise ConfigError(f"config key 'export.tables': unknown table {table!r}; defined under "
                               f"'tables': {', '.join(sorted(cfg['tables']))}")
-    for name in cfg["export"]["mteb_check"]["experiments"]:
-        if name not in cfg["experiments"]:
-            raise ConfigError(f"config key 'export.mteb_check.experiments': unknown experiment {name!r} "
-                              f"(defined under 'experiments')")
+    for key, names in (("export.experiments", cfg["export"].get("experiments") or []),
+                       ("export.mteb_check.experiments", cfg["export"]["mteb_check"]["experiments"])):
+        for i, name in enumerate(names):
+            if named_sweep(cfg, name, f"{key}[{i}]") is None and name not in cfg["experiments"]:
+                raise ConfigError(f"config key '{key}[{i}]': unknown experiment {name!r} (defined under "
+                                  f"'experiments'; sweep:<name> for a sweep's winner)")
 
 
 def check_training(training: dict, where: str) -> None:
@@ -85,7 +107,7 @@ def check_figure(cfg: dict, fname: str, fig: dict) -> None:
             raise ConfigError(f"config key '{where}': {exp!r} is untrained; a {fig['kind']} figure "
                               f"needs a training run")
         spec = merge_experiment(cfg, exp)
-        problem = kind.check(options, spec) if kind.check else None
+        problem = kind.check(options, ExperimentSpec.from_dict(spec)) if kind.check else None
         if problem:
             raise ConfigError(f"config key '{where}': {exp!r} {problem}")
         if kind.heldout and trained and spec["training"]["holdout"] != options.holdout:

@@ -26,7 +26,8 @@ from cselab.data.beir import BEIR_SIZES
 from cselab.errors import ConfigError, CselabError
 from cselab.evaluation.kinds import EvaluationKind, kind_of_rule
 from cselab.pipeline import outputs
-from cselab.pipeline.config import UNTRAINED, corpus_file, parse_id
+from cselab.pipeline.config import UNTRAINED, parse_id
+from cselab.pipeline.experiments import training_file
 from cselab.reporting import cost as rc
 from cselab.settings import Config, Training, to_plain, training_settings, typed_config
 from cselab.settings.sections import CostPlan
@@ -161,9 +162,8 @@ def merged_training(base: Training, *overrides: dict) -> Training:
 
 
 def run_of(plm: str, shape: rc.ModelShape, training: Training, components: list[str], auxiliaries: list[str]) -> Run:
-    """A :class:`Run`, its training file from its settings (:func:`cselab.pipeline.config.corpus_file`)."""
-    corpus = corpus_file({"training": {"subsampling": training.subsampling, "holdout": training.holdout}})
-    return Run(plm, shape, training, components, auxiliaries, corpus)
+    """A :class:`Run`, its training file from its settings (:func:`cselab.pipeline.experiments.training_file`)."""
+    return Run(plm, shape, training, components, auxiliaries, training_file(training))
 
 
 @dataclass

@@ -18,7 +18,8 @@ from typing import Any
 
 from cselab.errors import ConfigError
 from cselab.pipeline import outputs
-from cselab.settings.training import OPERATIONAL  # noqa: F401 (the config layer's name for it)
+from cselab.settings.spec import Component, ExperimentSpec
+from cselab.settings.training import OPERATIONAL, Training  # noqa: F401 (OPERATIONAL: the config layer's name for it)
 
 UNTRAINED = "untrained"
 
@@ -146,14 +147,14 @@ USED_BY_METHODS = ("temperature", "pooler", "unpadded", "batchnorm_stats")
 SCORING = ("eval_steps", "eval_at_end")
 
 
-def _job_training(training: dict, components: list[dict], scored: bool) -> dict:
+def _job_training(training: dict, components: tuple[Component, ...], scored: bool) -> dict:
     """The settings of ``training`` the job's methods (and, ``scored``, its dev scoring) can use."""
     from cselab.training.method_config import method_config
 
     used = {"pooler", "unpadded"} if scored else set()
     for entry in components:
-        cls = method_config(entry["method"])
-        used.update(cls.used_training_keys(cls.check_options(entry["options"])))
+        cls = method_config(entry.method)
+        used.update(cls.used_training_keys(cls.check_options(entry.options)))
     drop = set(OPERATIONAL) | (set(USED_BY_METHODS) - used) | (set() if scored else set(SCORING))
     return {k: v for k, v in training.items() if k not in drop}
 
@@ -181,11 +182,30 @@ def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
     entry = cfg["pretraining"][stage]
     options = _canonical(entry["method"], entry.get("options", {}))
     training = _job_training({**cfg["training"], **entry.get("training", {})},
-                             [{"method": entry["method"], "options": options}], scored=False)
+                             (Component(entry["method"], 1.0, options),), scored=False)
     return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
             "method": stage, "objective": entry["method"], "weight": 1.0, "options": options,
             "auxiliaries": {}, "signature": entry["method"], "training": training,
             "seed": entry.get("seed", cfg["seeds"][0])}  # a stage runs once per PLM: the first seed unless its own
+
+
+#: typed specs per validated config (by its id; the dict is held, so an id is not reused) and
+#: experiment id: the validated config is read-only (as for :func:`cselab.settings.typed_config`),
+#: and a plan asks for each experiment's spec once per table, figure and job that reads it
+_TYPED_SPECS: dict[int, tuple[dict, dict[str, ExperimentSpec]]] = {}
+
+
+def typed_spec(cfg: dict, exp_id: str) -> ExperimentSpec:
+    """:func:`experiment_spec`, typed; built once per validated config (frozen, so shared)."""
+    held = _TYPED_SPECS.get(id(cfg))
+    if held is None or held[0] is not cfg:
+        if len(_TYPED_SPECS) >= 16:
+            _TYPED_SPECS.pop(next(iter(_TYPED_SPECS)))
+        held = _TYPED_SPECS[id(cfg)] = (cfg, {})
+    spec = held[1].get(exp_id)
+    if spec is None:
+        spec = held[1][exp_id] = ExperimentSpec.from_dict(experiment_spec(cfg, exp_id))
+    return spec
 
 
 def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:
@@ -197,13 +217,14 @@ def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None
     return {k: training[k] for k in OPERATIONAL if k in training}
 
 
-def artifacts(spec: dict) -> dict[str, str]:
+def artifacts(spec: ExperimentSpec | dict) -> dict[str, str]:
     """The upstream artifacts a spec's methods declared: role -> the pretraining stage's output."""
     from cselab.training.method_config import required_artifacts
 
-    if spec["objective"] == UNTRAINED:
+    spec = ExperimentSpec.of(spec)
+    if spec.objective == UNTRAINED:
         return {}
-    return {role: outputs.path(outputs.PRETRAINED, stage=stage, plm=spec["plm"])
+    return {role: outputs.path(outputs.PRETRAINED, stage=stage, plm=spec.plm)
             for role, stage in required_artifacts(spec).items()}
 
 
@@ -211,7 +232,7 @@ def is_trained(cfg: dict, exp_id: str) -> bool:
     return parse_id(cfg, exp_id)[1] is not None
 
 
-def full_options(spec: dict) -> dict:
+def full_options(spec: ExperimentSpec | dict) -> dict:
     """What published rows match on: the primary method's options with its defaults filled in,
     its ``weight``, and every auxiliary's options and weight as ``<auxiliary>.<option>`` /
     ``<auxiliary>.weight``."""
@@ -219,20 +240,26 @@ def full_options(spec: dict) -> dict:
 
     from cselab.training.method_config import method_config
 
-    if spec["objective"] == UNTRAINED:
+    spec = ExperimentSpec.of(spec)
+    if spec.objective == UNTRAINED:
         return {}
-    out = {**dataclasses.asdict(method_config(spec["objective"]).check_options(spec["options"])),
-           "weight": spec["weight"]}
-    for name, aux in spec.get("auxiliaries", {}).items():
-        options = dataclasses.asdict(method_config(name).check_options(aux.get("options", {})))
-        out.update({f"{name}.{k}": v for k, v in options.items()}, **{f"{name}.weight": aux["weight"]})
+    primary, *auxiliaries = spec.components()
+    out = {**dataclasses.asdict(method_config(primary.method).check_options(primary.options)), "weight": primary.weight}
+    for aux in auxiliaries:
+        options = dataclasses.asdict(method_config(aux.method).check_options(aux.options))
+        out.update({f"{aux.method}.{k}": v for k, v in options.items()}, **{f"{aux.method}.weight": aux.weight})
     return out
 
 
-def corpus_file(spec: dict) -> str:
+def corpus_file(spec: ExperimentSpec | dict) -> str:
     """The training file of an experiment: the corpus, its subsampled expansion, or the corpus
     without its held-out slice."""
-    strategy, holdout = spec["training"]["subsampling"], spec["training"]["holdout"]
+    return training_file(ExperimentSpec.of(spec).training)
+
+
+def training_file(training: Training) -> str:
+    """The training file of these training settings (see :func:`corpus_file`)."""
+    strategy, holdout = training.subsampling, training.holdout
     if holdout:
         return outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction=holdout)
     return outputs.CORPUS if strategy == "none" else outputs.path(outputs.SUBSAMPLED, strategy=strategy)

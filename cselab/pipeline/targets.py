@@ -5,16 +5,15 @@ are declared in :mod:`cselab.reporting` (:mod:`~cselab.reporting.tables`,
 
 from __future__ import annotations
 
-import functools
-import json
 from pathlib import Path
 from typing import Callable
 
 from cselab.pipeline import outputs
-from cselab.pipeline.config import experiment_ids, experiment_spec, full_options, is_trained
+from cselab.pipeline.config import experiment_ids, full_options, is_trained
+from cselab.pipeline.experiments import typed_spec
 from cselab.reporting.kinds import figure_kinds
 from cselab.reporting.tables import EXTRA_COLUMNS, TABLE_KINDS, kind_columns
-from cselab.settings import Training, training_settings, typed_config
+from cselab.settings import Training, typed_config
 
 
 def table_columns(cfg: dict, name: str) -> list[str]:
@@ -35,16 +34,51 @@ def table_sweeps(cfg: dict, name: str) -> list[str]:
     return sorted(mine, key=lambda s: sweeps[s]["rows"][name])
 
 
+def entry_sweep(entry: str) -> str | None:
+    """The sweep an experiment entry names (``sweep:<s>``: its winner), or None for an experiment."""
+    from cselab.pipeline.sweeps import TABLE_ENTRY
+
+    return entry[len(TABLE_ENTRY):] if isinstance(entry, str) and entry.startswith(TABLE_ENTRY) else None
+
+
+def resolve_entries(entries, winners: Winners | None = None) -> list[str]:
+    """Experiment names for ``entries`` (experiment names, or ``sweep:<s>`` for sweep s's winner),
+    in order and once each: a ``sweep:<s>`` entry is the winner's experiment once it is known
+    (``winners``, which the workflow answers through the sweep checkpoint, rules/sweeps.smk), and
+    left out before. The one place a winner replaces its entry: tables, exports, the MTEB check,
+    the seed planner and the protocol table all ask here."""
+    out = []
+    for entry in entries:
+        sweep = entry_sweep(entry)
+        best = (winners(sweep) if winners else None) if sweep is not None else {"experiment": entry}
+        if best is not None:
+            out.append(best["experiment"])
+    return list(dict.fromkeys(out))
+
+
+def entry_sweep_reports(entries) -> list[str]:
+    """The reports (``results/sweep_<s>.csv``) of the sweeps ``entries`` name: a job reading a
+    winner takes them as inputs, so Snakemake plans it again once the sweep checkpoint has run."""
+    sweeps = [s for s in map(entry_sweep, entries) if s is not None]
+    return [outputs.path(outputs.SWEEP_CSV, sweep=s) for s in dict.fromkeys(sweeps)]
+
+
+def table_entries(cfg: dict, name: str) -> list[str]:
+    """A table's experiment entries in row order, each ``sweep:<s>`` back at its place (validation
+    takes them out of ``experiments`` and records the place in ``sweeps.<s>.rows``)."""
+    from cselab.pipeline.sweeps import TABLE_ENTRY
+
+    entries = list(typed_config(cfg).tables[name].experiments or [])
+    for sweep in table_sweeps(cfg, name):  # in row order: each index counts the entries before it
+        entries.insert(cfg["sweeps"][sweep]["rows"][name], TABLE_ENTRY + sweep)
+    return entries
+
+
 def table_experiments(cfg: dict, name: str, winners: Winners | None = None) -> list[str]:
     """A table's experiments in row order: its configured ones and, at the place of each
     ``sweep:<s>`` entry, the sweep's winner once it is known (``winners``; without it, or before
-    the sweep has run, the entry is left out)."""
-    experiments = list(typed_config(cfg).tables[name].experiments or [])
-    for sweep in table_sweeps(cfg, name):  # in row order: each index counts the entries before it
-        best = winners(sweep) if winners else None
-        if best is not None:
-            experiments.insert(cfg["sweeps"][sweep]["rows"][name], best["experiment"])
-    return list(dict.fromkeys(experiments))
+    the sweep has run, the entry is left out: :func:`resolve_entries`)."""
+    return resolve_entries(table_entries(cfg, name), winners)
 
 
 def table_inputs(cfg: dict, name: str, winners: Winners | None = None) -> dict[str, list[str]]:
@@ -65,29 +99,19 @@ def table_inputs(cfg: dict, name: str, winners: Winners | None = None) -> dict[s
     return out
 
 
-@functools.lru_cache(maxsize=512)
-def _training_of(plain: str) -> Training:
-    return training_settings(json.loads(plain))
-
-
-def spec_training(spec: dict) -> Training:
-    """An experiment spec's training settings, typed (cached by value: planning asks per table row)."""
-    return _training_of(json.dumps(spec["training"], sort_keys=True))
-
-
 def table_rows(cfg: dict, name: str, winners: Winners | None = None) -> list[dict]:
     """What the table job needs to know about each experiment id (a rerun trigger too).
 
     ``options`` carries ``subsampling`` too: published settings are matched on it. ``setting``
     is what the note compares with the paper's training setting (:func:`training_setting`).
     """
-    keep = ("name", "plm", "model", "method", "seed")
     rows = []
     for exp_id, files in table_inputs(cfg, name, winners).items():
-        spec = experiment_spec(cfg, exp_id)
-        trained, t = spec["seed"] is not None, spec_training(spec)
+        spec = typed_spec(cfg, exp_id)
+        trained, t = spec.trained, spec.training
         options = {**full_options(spec), "subsampling": t.subsampling} if trained else {}
-        rows.append({**{k: spec[k] for k in keep}, "objective": spec["signature"], "options": options,
+        rows.append({"name": spec.name, "plm": spec.plm, "model": spec.model, "method": spec.method,
+                     "seed": spec.seed, "objective": spec.signature, "options": options,
                      "setting": training_setting(cfg, t) if trained else None, "id": exp_id, "files": files,
                      "summary": outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id) if trained else None})
     return rows
@@ -101,7 +125,7 @@ def table_summaries(cfg: dict, name: str, winners: Winners | None = None) -> lis
 def table_sweep_reports(cfg: dict, name: str) -> list[str]:
     """The reports of the sweeps whose winner a table shows (``results/sweep_<s>.csv``: the
     table waits for them, and is planned again once they have run)."""
-    return [outputs.path(outputs.SWEEP_CSV, sweep=s) for s in table_sweeps(cfg, name)]
+    return entry_sweep_reports(table_entries(cfg, name))
 
 
 def table_params(cfg: dict, name: str, winners: Winners | None = None) -> dict:
@@ -166,38 +190,54 @@ def leakage_corpora(cfg: dict) -> dict[str, str]:
     for name in typed_config(cfg).experiments:
         first = experiment_ids(cfg, [name])[0]
         if is_trained(cfg, first):
-            strategy = spec_training(experiment_spec(cfg, first)).subsampling
+            strategy = typed_spec(cfg, first).training.subsampling
             if strategy != "none":
                 out[f"subsampled ({strategy})"] = outputs.path(outputs.SUBSAMPLED, strategy=strategy)
     return out
 
 
-def seed_power_inputs(cfg: dict) -> dict[str, dict[str, list[str]]]:
-    """The seed planner's inputs (``evaluation.seed_power``): per trained experiment of its table,
-    per metric, the per-item predictions of every seed."""
+def seed_power_inputs(cfg: dict, winners: Winners | None = None) -> dict[str, dict[str, list[str]]]:
+    """The seed planner's inputs (``evaluation.seed_power``): per trained experiment of its table
+    (a ``sweep:<s>`` entry: the winner once known, :func:`table_experiments`), per metric, the
+    per-item predictions of every seed."""
     from cselab.reporting.power import METRICS
 
-    settings = typed_config(cfg)
-    planner = settings.evaluation.seed_power
+    planner = typed_config(cfg).evaluation.seed_power
     out = {}
-    for name in settings.tables[planner.table].experiments:
+    for name in table_experiments(cfg, planner.table, winners):
         ids = experiment_ids(cfg, [name])
         if is_trained(cfg, ids[0]):
             out[name] = {m: [outputs.path(outputs.RESULT[METRICS[m][0]], exp=e) for e in ids] for m in planner.metrics}
     return out
 
 
-def seed_power_baseline(cfg: dict) -> str:
-    """The planner's baseline: ``evaluation.seed_power.baseline``, else its table's first trained experiment."""
-    return typed_config(cfg).evaluation.seed_power.baseline or next(iter(seed_power_inputs(cfg)))
+def seed_power_baseline(cfg: dict, winners: Winners | None = None) -> str | None:
+    """The planner's baseline: ``evaluation.seed_power.baseline`` (``sweep:<s>``: the winner, once
+    known), else its table's first trained experiment."""
+    baseline = typed_config(cfg).evaluation.seed_power.baseline
+    if baseline:
+        return next(iter(resolve_entries([baseline], winners)), None)
+    return next(iter(seed_power_inputs(cfg, winners)), None)
 
 
-def protocol_checkpoints(cfg: dict) -> dict[str, str]:
+def seed_power_sweep_reports(cfg: dict) -> list[str]:
+    """The reports of the sweeps whose winner the planner plans with (its table's ``sweep:<s>``
+    entries and a ``sweep:<s>`` baseline): its job waits for them and is planned again after."""
+    planner = typed_config(cfg).evaluation.seed_power
+    return entry_sweep_reports([*table_entries(cfg, planner.table), *([planner.baseline] if planner.baseline else [])])
+
+
+def protocol_checkpoints(cfg: dict, winners: Winners | None = None) -> dict[str, str]:
     """The protocol table's checkpoints (``evaluation.protocols.table``): every seed of every
-    experiment of the table (an untrained one: its PLM), by experiment id."""
-    settings = typed_config(cfg)
-    table = settings.tables[settings.evaluation.protocols.table]
-    return {e: model_input(cfg, e) for e in experiment_ids(cfg, list(table.experiments))}
+    experiment of the table (an untrained one: its PLM; a ``sweep:<s>`` entry: the winner's, once
+    known), by experiment id."""
+    table = typed_config(cfg).evaluation.protocols.table
+    return {e: model_input(cfg, e) for e in experiment_ids(cfg, table_experiments(cfg, table, winners))}
+
+
+def protocol_sweep_reports(cfg: dict) -> list[str]:
+    """The reports of the sweeps whose winner the protocol table evaluates (its table's ``sweep:<s>``)."""
+    return table_sweep_reports(cfg, typed_config(cfg).evaluation.protocols.table)
 
 
 def figure_experiments(cfg: dict, name: str) -> dict[str, str]:
@@ -209,7 +249,7 @@ def model_input(cfg: dict, exp_id: str) -> str:
     """What an evaluation reads: a trained experiment's best checkpoint, or the resolved PLM."""
     if is_trained(cfg, exp_id):
         return outputs.path(outputs.MODEL, exp=exp_id)
-    return outputs.path(outputs.PLM, plm=experiment_spec(cfg, exp_id)["plm"])
+    return outputs.path(outputs.PLM, plm=typed_spec(cfg, exp_id).plm)
 
 
 def figure_inputs(cfg: dict, name: str) -> dict[str, dict[str, str]]:
@@ -227,7 +267,7 @@ def figure_values(cfg: dict, name: str) -> dict[str, float]:
     if kind.values is None:
         return {}
     options = kind.typed(cfg["figures"][name])  # the kind's own options: its options dataclass
-    return {label: kind.values(options, experiment_spec(cfg, exp_id))
+    return {label: kind.values(options, typed_spec(cfg, exp_id))
             for label, exp_id in figure_experiments(cfg, name).items()}
 
 
@@ -241,11 +281,22 @@ def heldout_file(cfg: dict, name: str) -> str | None:
 
 # -- sharing: MTEB result files, model cards, ONNX, export folders (target `exports`) -----------
 
-def export_experiments(cfg: dict) -> list[str]:
-    """The experiment ids of ``export.tables`` (every table when null), in table order."""
+def export_experiments(cfg: dict, winners: Winners | None = None) -> list[str]:
+    """The experiment ids of ``export.tables`` (every table when null), in table order, then those
+    of ``export.experiments``; a ``sweep:<s>`` entry (a table's or there): the winner's, once known."""
     settings = typed_config(cfg)
     tables = settings.export.tables or list(settings.tables)
-    return list(dict.fromkeys(e for t in tables for e in table_inputs(cfg, t)))
+    ids = [e for t in tables for e in table_inputs(cfg, t, winners)]
+    return list(dict.fromkeys([*ids, *experiment_ids(cfg, resolve_entries(settings.export.experiments, winners))]))
+
+
+def export_sweep_reports(cfg: dict) -> list[str]:
+    """The reports of the sweeps whose winner target ``exports`` exports (or checks with MTEB's
+    evaluator): the target waits for them and is planned again once they have run."""
+    settings = typed_config(cfg)
+    tables = settings.export.tables or list(settings.tables)
+    return entry_sweep_reports([*(e for t in tables for e in table_entries(cfg, t)), *settings.export.experiments,
+                                *settings.export.mteb_check.experiments])
 
 
 def mteb_sources(cfg: dict, exp_id: str) -> list[tuple[str, str, str]]:
@@ -272,19 +323,33 @@ def card_inputs(cfg: dict, exp_id: str) -> dict[str, str]:
     if any(kind == "transfer" for kind, _, _ in mteb_sources(cfg, exp_id)):
         res.update({k: outputs.path(outputs.RESULT[k], exp=exp_id) for k in ("transfer", "transfer_pairs")})
     return {"model": outputs.path(outputs.MODEL, exp=exp_id), "summary": outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id),
-            **res, "senteval": outputs.SENTEVAL_MANIFEST, "corpus": corpus_file(experiment_spec(cfg, exp_id))}
+            **res, "senteval": outputs.SENTEVAL_MANIFEST, "corpus": corpus_file(typed_spec(cfg, exp_id))}
 
 
-def mteb_check_inputs(cfg: dict) -> dict[str, dict[str, str]]:
-    """Per experiment id of ``export.mteb_check.experiments``: its checkpoint and STS results."""
-    ids = experiment_ids(cfg, list(typed_config(cfg).export.mteb_check.experiments))
+def mteb_check_inputs(cfg: dict, winners: Winners | None = None) -> dict[str, dict[str, str]]:
+    """Per experiment id of ``export.mteb_check.experiments`` (``sweep:<s>``: the winner's, once
+    known): its checkpoint and STS results."""
+    ids = experiment_ids(cfg, resolve_entries(typed_config(cfg).export.mteb_check.experiments, winners))
     return {e: {"model": model_input(cfg, e), "sts": outputs.path(outputs.RESULT["sts"], exp=e)} for e in ids}
 
 
-def export_targets(cfg: dict) -> list[str]:
+def mteb_check_sweep_reports(cfg: dict) -> list[str]:
+    """The reports of the sweeps whose winner the MTEB check reads."""
+    return entry_sweep_reports(typed_config(cfg).export.mteb_check.experiments)
+
+
+def sweep_push_receipts(cfg: dict, sweep: str, winners: Winners | None = None) -> list[str]:
+    """Rule push_sweep's inputs: the Hub receipt (rule push) of every seed of sweep ``sweep``'s
+    winner, once known (none before: the rule waits for the sweep's report)."""
+    sweep_entry(cfg, sweep)
+    ids = experiment_ids(cfg, resolve_entries([f"sweep:{sweep}"], winners))
+    return [outputs.path(outputs.PUSH_RECEIPT, exp=e) for e in ids]
+
+
+def export_targets(cfg: dict, winners: Winners | None = None) -> list[str]:
     """Target `exports`: MTEB files of every exported experiment, the export folder of every
-    trained one, the MTEB check."""
-    ids = export_experiments(cfg)
+    trained one, the MTEB check; a sweep's winner once known (``winners``)."""
+    ids = export_experiments(cfg, winners)
     return ([outputs.path(outputs.MTEB_DIR, exp=e) for e in ids]
             + [outputs.path(outputs.EXPORT, exp=e) for e in ids if is_trained(cfg, e)]
             + [outputs.MTEB_CHECK_CSV])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cselab.settings.base import default_of, fields, from_dict, schema_of, settings, to_plain
+from cselab.settings.spec import ExperimentSpec
 
 #: what a figure kind can read per experiment
 READS = ("curve", "model", "stsb_dev")
@@ -87,7 +88,8 @@ class FigureKind:
     """A figure kind (see the module docstring). ``options``: its settings dataclass;
     ``draw(inputs, options, out)`` writes the figure; ``check(options, spec)`` returns why an
     experiment cannot be drawn (or None); ``values(options, spec)`` an experiment's x value (a
-    sweep); each gets the figure's options typed (an ``options`` object)."""
+    sweep); each gets the figure's options typed (an ``options`` object) and the experiment typed
+    (:class:`~cselab.settings.spec.ExperimentSpec`)."""
 
     name: str
     draw: Callable[[FigureInputs, Any, Out], Any]
@@ -95,8 +97,8 @@ class FigureKind:
     trained: bool = False
     heldout: bool = False
     options: type = NoOptions
-    check: Callable[[Any, dict], str | None] | None = None
-    values: Callable[[Any, dict], float] | None = None
+    check: Callable[[Any, ExperimentSpec], str | None] | None = None
+    values: Callable[[Any, ExperimentSpec], float] | None = None
 
     def schema(self) -> dict:
         """The options' JSON schema (an object of the option keys only)."""

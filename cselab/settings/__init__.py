@@ -8,6 +8,7 @@ import dataclasses
 from cselab.settings.base import fill_defaults, from_dict, schema_of, to_plain
 from cselab.settings.config import Config
 from cselab.settings.evaluation import Evaluation
+from cselab.settings.spec import Component, ExperimentSpec
 from cselab.settings.training import Training
 
 #: the typed training settings (the name the loop and the methods know them by)
@@ -56,6 +57,6 @@ def evaluation_settings(d: dict) -> Evaluation:
     return from_dict(Evaluation, d, where="evaluation")
 
 
-__all__ = ["Config", "Evaluation", "Training", "TrainingSettings", "config_schema", "evaluation_settings",
-           "fill_config_defaults", "fill_defaults", "from_dict", "schema_of", "to_plain", "training_settings",
+__all__ = ["Component", "Config", "Evaluation", "ExperimentSpec", "Training", "TrainingSettings", "config_schema",
+           "evaluation_settings", "fill_config_defaults", "fill_defaults", "from_dict", "schema_of", "to_plain", "training_settings",
            "typed_config"]

@@ -48,7 +48,8 @@ from cselab.io import link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import record_model_files, resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
-from cselab.settings import TrainingSettings, to_plain, training_settings
+from cselab.settings import to_plain, training_settings
+from cselab.settings.spec import ExperimentSpec
 from cselab.training import diagnostics
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
@@ -181,12 +182,11 @@ class Trainer:
     :meth:`optimizer_and_schedule`, :meth:`process_group` (several processes), :meth:`resume`,
     :meth:`step`, :meth:`checkpoint` and :meth:`finish`; :func:`train` runs them in order."""
 
-    def __init__(self, spec: dict, t: dict, device: torch.device, out_dir: Path, dev_score: DevScore | None,
-                 on_log: Callable[[dict], None] | None, settings: TrainingSettings | None = None):
-        # the loop reads its settings typed (self.t, every key: a spec leaves some out); the methods
-        # and the optimizer get the job's dict (self.training) and read it by key
-        self.training = t
-        self.t = settings if settings is not None else training_settings(t)
+    def __init__(self, spec: ExperimentSpec, device: torch.device, out_dir: Path, dev_score: DevScore | None,
+                 on_log: Callable[[dict], None] | None):
+        # ``spec.training``: the job's settings typed, its operational ones included (every key: a
+        # spec leaves some out, which read as their defaults; ``spec.holds`` tells which it states)
+        self.t = spec.training
         self.spec, self.dev, self.dev_score, self.on_log = spec, device, dev_score, on_log
         self.out_dir, self.model_dir = Path(out_dir), Path(out_dir) / "model"
         self.main, self.world = D.is_main(), D.world_size()
@@ -207,7 +207,7 @@ class Trainer:
         """Whether the job's spec holds ``key``: a setting read only by the methods that declare it
         (``USED_BY_METHODS`` of :mod:`cselab.pipeline.experiments`) is left out of a spec whose
         methods do not read it, which then runs as it always did without it."""
-        return key in self.training
+        return self.spec.holds(key)
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -215,15 +215,14 @@ class Trainer:
         """The encoder, the objective (with its methods' heads and networks), the tokenised
         corpus attached to it, and the run's length."""
         spec, t = self.spec, self.t
-        plm_dir = resolve_model(spec["model"])
+        plm_dir = resolve_model(spec.model)
         # a stage whose methods read no pooled embedding has no pooler / unpadded in its spec
         self.encoder = load_encoder(plm_dir, pooler=t.pooler if self.used("pooler") else None,
                                     dropout=t.dropout).to(self.dev)
         padded_because = self.encoder.use_unpadded(t.unpadded and self.used("unpadded"))
         if padded_because:
-            log.info("training.unpadded: the padded forward for %s (%s)", spec["model"], padded_because)
-        self.objective = build_objective({**spec, "training": self.training}, self.encoder, artifacts,
-                                         plm_dir).to(self.dev)
+            log.info("training.unpadded: the padded forward for %s (%s)", spec.model, padded_because)
+        self.objective = build_objective(spec, self.encoder, artifacts, plm_dir).to(self.dev)
         sentences = read_sentences(corpus_path, min_lines=2)
 
         def tokenize(texts: list[str]):
@@ -256,11 +255,11 @@ class Trainer:
 
     def optimizer_and_schedule(self) -> None:
         """AdamW with the linear schedule, the data-order generator and the precision."""
-        self.optimizer = make_optimizer(self.encoder, self.objective, self.training, self.dev)
+        self.optimizer = make_optimizer(self.encoder, self.objective, self.t, self.dev)
         self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self.scheduler = linear_schedule(self.optimizer, self.schedule.total,
-                                         warmup_steps(self.training, self.schedule.total))
-        self.generator = torch.Generator().manual_seed(self.spec["seed"])
+                                         warmup_steps(self.t, self.schedule.total))
+        self.generator = torch.Generator().manual_seed(self.spec.seed)
         self.precision = Precision(self.t.precision, self.dev)
 
     def process_group(self) -> None:
@@ -303,7 +302,7 @@ class Trainer:
         saved = self._read_checkpoint(checkpoints) if checkpoints else None
         if not saved:
             return False
-        log.info("resuming %s from step %d", self.spec["id"], saved["loop"]["step"])
+        log.info("resuming %s from step %d", self.spec.id, saved["loop"]["step"])
         for name in ("encoder", "objective", "optimizer", "scheduler"):
             getattr(self, name).load_state_dict(saved[name])
         self.precision.scaler.load_state_dict(saved["scaler"])
@@ -513,7 +512,7 @@ class Trainer:
             s.best_step, s.best_dev = s.step, math.nan
             self.save_model()
         write_json(self.model_dir / "cselab.json",
-                   {"experiment": self.spec, "best_step": s.best_step, "stsb_dev_spearman": s.best_dev})
+                   {"experiment": self.spec.to_dict(), "best_step": s.best_step, "stsb_dev_spearman": s.best_dev})
         record_model_files(self.model_dir)  # what evaluations check the folder against
         write_curve(s.curve, self.out_dir / "curve.csv")
         if checkpoint_dir:
@@ -521,18 +520,19 @@ class Trainer:
 
     def describe(self) -> None:
         t, sched = self.t, self.schedule
-        log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec["id"],
+        log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec.id,
                  len(self.corpus), sched.last, sched.total, sched.batch_size, " + ".join(self.objective.names),
                  self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not self.encoder.static_shapes
                  else "padded", ", compiled" if t.compile else "",
                  f", {self.world} processes" if self.world > 1 else "")
 
 
-def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
+def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
           on_log: Callable[[dict], None] | None = None, device: str | None = None,
           checkpoint_dir: Path | None = None, artifacts: dict[str, Path] | None = None,
           token_cache: Path | None = None, operational: dict | None = None) -> TrainResult:
-    """Train one experiment (or pretraining stage). ``spec`` is ``experiment_spec``'s output.
+    """Train one experiment (or pretraining stage). ``spec`` is ``experiment_spec``'s output
+    (typed, :class:`~cselab.settings.spec.ExperimentSpec`, or its dict).
 
     ``dev_score(encoder)`` returns STS-B dev Spearman x100 (the checkpoint-selection metric), or
     a dict with it under ``stsb_dev_spearman`` plus other metrics for the curve; the best
@@ -549,18 +549,18 @@ def train(spec: dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Pa
     checkpoints, processes, compile; :data:`cselab.settings.training.OPERATIONAL`): read like
     training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
-    t = {**spec["training"], **(operational or {})}
-    settings = training_settings(t)  # typed; a key the spec leaves out takes its default
+    spec = ExperimentSpec.of(spec)
+    settings = training_settings({**spec.training_dict(), **(operational or {})})  # a key left out: its default
     if settings.compile and not settings.pad_to_multiple_of:  # a compiled step: a few batch widths
-        t["pad_to_multiple_of"] = 8
         settings = dataclasses.replace(settings, pad_to_multiple_of=8)
-    set_seed(spec["seed"])  # the same on every process: the data order is shared
-    run = Trainer(spec, t, _device(device), out_dir, dev_score, on_log, settings=settings)
+    set_seed(spec.seed)  # the same on every process: the data order is shared
+    run = Trainer(spec.with_training(settings), _device(device), out_dir, dev_score, on_log)
     with run.phase("set_up"):
         run.set_up(corpus_path, artifacts, token_cache)
         run.optimizer_and_schedule()
         run.process_group()
-        checkpoints = Checkpoints(checkpoint_dir, fingerprint(spec, corpus_path, artifacts)) if checkpoint_dir else None
+        checkpoints = (Checkpoints(checkpoint_dir, fingerprint(spec.to_dict(), corpus_path, artifacts))
+                       if checkpoint_dir else None)
         resumed = run.resume(checkpoints)
     resumed_from = run.state.step
     if settings.compile:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from cselab.errors import ConfigError, check_schema
 from cselab.models.heads import HEADS
+from cselab.settings.spec import Component, ExperimentSpec
 
 _CONFIGS: dict[str, type["MethodConfig"]] = {}
 #: (declaration, repr of an options dict) -> its checked ``Options`` (see MethodConfig.check_options)
@@ -170,19 +171,18 @@ def method_config(name: str, where: str = "objective") -> type[MethodConfig]:
     return method_class(name, where)
 
 
-def spec_components(spec: dict) -> list[dict]:
-    """``[{"method", "weight", "options"}]``: the primary first, then the auxiliaries in order."""
-    primary = {"method": spec["objective"], "weight": spec["weight"], "options": spec["options"]}
-    return [primary] + [{"method": name, "weight": aux["weight"], "options": aux.get("options", {})}
-                        for name, aux in spec.get("auxiliaries", {}).items()]
+def spec_components(spec) -> tuple[Component, ...]:
+    """A spec's methods (an :class:`~cselab.settings.spec.ExperimentSpec` or its dict): the
+    primary first, then the auxiliaries in order."""
+    return ExperimentSpec.of(spec).components()
 
 
-def required_artifacts(spec: dict) -> dict[str, str]:
+def required_artifacts(spec) -> dict[str, str]:
     """role -> ``pretraining:`` entry name, over all of an experiment's methods."""
     out: dict[str, str] = {}
     for entry in spec_components(spec):
-        cls = method_config(entry["method"])
-        out.update(cls.requires(cls.check_options(entry["options"])))
+        cls = method_config(entry.method)
+        out.update(cls.requires(cls.check_options(entry.options)))
     return out
 
 

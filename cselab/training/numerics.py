@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from cselab.errors import ConfigError
+from cselab.settings.training import Training
 
 #: training.precision -> autocast dtype (None: no autocast)
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -48,13 +49,13 @@ class Precision:
         self.scaler.update()
 
 
-def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch.device) -> torch.optim.AdamW:
+def make_optimizer(encoder: nn.Module, objective: nn.Module, t: Training, dev: torch.device) -> torch.optim.AdamW:
     """AdamW over the encoder and the methods' parameter groups. With ``weight_decay``, biases
     and LayerNorm weights are not decayed (the HF Trainer's rule, which the references used);
     fused on CUDA (one kernel for all parameters, no host sync), foreach elsewhere."""
-    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t["lr"]},
-              *objective.param_groups(t["lr"])]
-    decay = t["weight_decay"]
+    groups = [{"params": [p for p in encoder.parameters() if p.requires_grad], "lr": t.lr},
+              *objective.param_groups(t.lr)]
+    decay = t.weight_decay
     if decay:
         exempt = {id(p) for module in (encoder, objective) for m in module.modules()
                   for name, p in m.named_parameters(recurse=False)
@@ -62,12 +63,12 @@ def make_optimizer(encoder: nn.Module, objective: nn.Module, t: dict, dev: torch
         groups = [{**g, "params": ps, "weight_decay": wd} for g in groups
                   for ps, wd in (([p for p in g["params"] if id(p) not in exempt], decay),
                                  ([p for p in g["params"] if id(p) in exempt], 0.0)) if ps]
-    return torch.optim.AdamW(groups, lr=t["lr"], weight_decay=decay, fused=True if dev.type == "cuda" else None)
+    return torch.optim.AdamW(groups, lr=t.lr, weight_decay=decay, fused=True if dev.type == "cuda" else None)
 
 
-def warmup_steps(t: dict, total: int) -> int:
+def warmup_steps(t: Training, total: int) -> int:
     """``warmup_steps``, or ``ceil(warmup_ratio * total)`` (the HF Trainer's rounding)."""
-    return t["warmup_steps"] or math.ceil(t["warmup_ratio"] * total)
+    return t.warmup_steps or math.ceil(t.warmup_ratio * total)
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:

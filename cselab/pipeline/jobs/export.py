@@ -19,6 +19,7 @@ from cselab.pipeline.jobs import run, senteval_root
 from cselab.settings import evaluation_settings, from_dict
 from cselab.settings.evaluation import Bootstrap
 from cselab.settings.sections import Card, MtebCheck, Onnx
+from cselab.settings.spec import ExperimentSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def mteb_check(smk) -> None:
 def model_card(smk) -> None:
     """``results/cards/<exp>.md``: the export's ``README.md`` (:mod:`cselab.export.card`);
     also attached to the training run."""
-    exp, spec = smk.wildcards.exp, smk.params.spec
+    exp, spec = smk.wildcards.exp, ExperimentSpec.from_dict(smk.params.spec)
     with run(smk, experiment_id=exp, params={"card": smk.params.options}) as r:
         summary = json.loads(Path(smk.input.summary).read_text())
         card = _render_card(smk, spec, summary)
@@ -99,7 +100,7 @@ def model_card(smk) -> None:
         _attach(summary.get("mlflow_run_id"), [Path(smk.output[0])], "card")
 
 
-def _render_card(smk, spec: dict, summary: dict) -> str:
+def _render_card(smk, spec: ExperimentSpec, summary: dict) -> str:
     from cselab.export.card import CardOptions, item_intervals, render_card, reproduce_command
     from cselab.export.mteb_results import data_revision
     from cselab.io import sha256_file
@@ -119,7 +120,7 @@ def _render_card(smk, spec: dict, summary: dict) -> str:
     provenance = {"data": {"SentEval (manifest content)": revision, f"training corpus ({Path(inp.corpus).name})":
                            sha256_file(inp.corpus)},
                   "data_revision": revision, "commit": git_commit(), "invocation": invocation,
-                  "command": reproduce_command(shlex.split(invocation)[1:], outputs.path(outputs.EXPORT, exp=spec["id"]))}
+                  "command": reproduce_command(shlex.split(invocation)[1:], outputs.path(outputs.EXPORT, exp=spec.id))}
     card = from_dict(Card, smk.params.options, where="export.card")
     return render_card(spec, summary, evaluation, provenance,
                        CardOptions(card, evaluation_settings(smk.params.settings).pooler, confidence))
@@ -190,6 +191,17 @@ def push(smk) -> None:
         r.log_artifact(smk.output[0])
 
 
+def push_sweep(smk) -> None:
+    """``results/hub/sweeps/<s>.json``: sweep ``s``'s winner pushed, seed by seed (rule push
+    wrote each receipt, the input); this receipt names the winner and holds theirs."""
+    winner = smk.params.winner
+    receipts = {Path(f).stem: json.loads(Path(f).read_text()) for f in smk.input.receipts}
+    write_json(smk.output[0], {"sweep": smk.wildcards.sweep, "experiment": winner["experiment"],
+                               "mean": winner["mean"], "receipts": receipts})
+    log.info("sweep %s: winner %s pushed (%s)", smk.wildcards.sweep, winner["experiment"],
+             ", ".join(r.get("repo_id", "?") for r in receipts.values()))
+
+
 #: sharing rule -> its job
 EXPORT_JOBS = {"mteb_results": mteb_results, "mteb_check": mteb_check, "model_card": model_card,
-               "export_onnx": export_onnx, "export_model": export_model, "push": push}
+               "export_onnx": export_onnx, "export_model": export_model, "push": push, "push_sweep": push_sweep}

@@ -18,6 +18,7 @@ from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.pipeline.jobs import run, senteval_root, time_breakdown
 from cselab.settings import training_settings
+from cselab.settings.spec import ExperimentSpec
 
 
 
@@ -34,7 +35,7 @@ def _artifacts(smk) -> dict[str, Path]:
 
 
 @contextlib.contextmanager
-def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
+def _job_run(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, **run_kwargs):
     """The job's MLflow run: the interrupted attempt's run when the loop will resume its
     checkpoint, else a new one (the interrupted one retired)."""
     from cselab.training.checkpoints import Checkpoints, fingerprint
@@ -42,10 +43,10 @@ def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
     previous = tracking.previous_run(out_dir)  # read under the folder's lock: never another live job's run
     # reopen the interrupted run only when the loop will resume a sound checkpoint (not start over inside it)
     resumable = previous is not None and Checkpoints(
-        out_dir / "resume", fingerprint(spec, Path(smk.input.corpus), _artifacts(smk))).peek() is not None
-    params = {**spec, "operational": ops, **world_params(ops)}
+        out_dir / "resume", fingerprint(spec.to_dict(), Path(smk.input.corpus), _artifacts(smk))).peek() is not None
+    params = {**spec.to_dict(), "operational": ops, **world_params(ops)}
     tracking.limit_http_retries()
-    with run(smk, experiment_id=spec["id"], params=params, resume=previous if resumable else None,
+    with run(smk, experiment_id=spec.id, params=params, resume=previous if resumable else None,
              buffer=out_dir / tracking.BUFFER_NAME, **run_kwargs) as r:
         if previous is not None and previous != r.run_id:
             tracking.retire(previous, successor=r.run_id)
@@ -54,7 +55,7 @@ def _job_run(smk, spec: dict, ops: dict, out_dir: Path, **run_kwargs):
     tracking.forget_run(out_dir)
 
 
-def _loop(smk, spec: dict, ops: dict, out_dir: Path, dev_score, r):
+def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
     """The training loop on ``training.devices`` processes per node of ``training.nodes`` (one:
     in this process); rank 0 reports every curve row to this job's MLflow run."""
     from cselab.pipeline.tracking import RunMetrics
@@ -156,15 +157,15 @@ def last_diagnostics(curve: list[dict]) -> dict:
 def train(smk) -> None:
     from cselab.pipeline.config import operational_settings, validate
 
-    spec = smk.params.spec
+    spec = ExperimentSpec.from_dict(smk.params.spec)
     # operational settings (checkpoint_steps, devices...) are read here, not from params: changing them must not retrain
-    ops = operational_settings(validate(smk.config), spec["id"])
+    ops = operational_settings(validate(smk.config), spec.id)
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
                         batch_size=training_settings(ops).dev_batch_size)
-    with owner(out_dir, smk, spec["id"], ops), _job_run(smk, spec, ops, out_dir) as r:
+    with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
-        write_json(smk.output.summary, {"experiment": spec["id"], **_summary(result, r, scored=True),
+        write_json(smk.output.summary, {"experiment": spec.id, **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
         r.log_artifact(smk.output.curve)
         r.log_artifact(smk.output.summary)
@@ -175,17 +176,17 @@ def pretrain(smk) -> None:
     state to ``model/`` beside a ``manifest.json`` (the spec), which later jobs fingerprint."""
     from cselab.pipeline.config import operational_settings, validate
 
-    spec = smk.params.spec
-    ops = operational_settings(validate(smk.config), stage=spec["name"])
+    spec = ExperimentSpec.from_dict(smk.params.spec)
+    ops = operational_settings(validate(smk.config), stage=spec.name)
     out_dir = Path(smk.output.model).parent
-    with owner(out_dir, smk, spec["id"], ops), _job_run(smk, spec, ops, out_dir, label=spec["id"]) as r:
+    with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
         result = _loop(smk, spec, ops, out_dir, None, r)
         write_json(Path(smk.output.model) / "manifest.json",
-                   {"stage": spec["name"], "spec": spec, "steps": result.steps})
-        write_json(smk.output.summary, {"stage": spec["id"], **_summary(result, r, scored=False)})
+                   {"stage": spec.name, "spec": spec.to_dict(), "steps": result.steps})
+        write_json(smk.output.summary, {"stage": spec.id, **_summary(result, r, scored=False)})
         from cselab.reporting.figures import figure_loss_terms
 
-        figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec['id']}: loss terms")
+        figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec.id}: loss terms")
         r.log_artifact(smk.output.curve)
         r.log_artifact(smk.output.plot)
         r.log_artifact(smk.output.summary)

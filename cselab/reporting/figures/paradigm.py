@@ -21,6 +21,7 @@ import pandas as pd
 from cselab.reporting.figures import label_axes, new_figure, save_figure
 from cselab.reporting.kinds import FigureInputs, NoOptions, Out, figure_kind
 from cselab.settings.base import setting, settings
+from cselab.settings.spec import ExperimentSpec
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -567,14 +568,14 @@ def draw_gradient_ratio(inputs: FigureInputs, options: GradientRatioOptions, out
     return figure_ratio(points=options.points, **out.kwargs())
 
 
-def _sweep_check(options: ComponentSweepOptions, spec: dict) -> str | None:
-    if spec["options"].get(options.parameter) is None:
+def _sweep_check(options: ComponentSweepOptions, spec: ExperimentSpec) -> str | None:
+    if spec.options.get(options.parameter) is None:
         return f"sets no options.{options.parameter}, the value this sweep plots"
     return None
 
 
 @figure_kind("component_sweep", reads="stsb_dev", trained=True, check=_sweep_check,
-             values=lambda options, spec: float(spec["options"][options.parameter]), options=ComponentSweepOptions)
+             values=lambda options, spec: float(spec.options[options.parameter]), options=ComponentSweepOptions)
 def draw_component_sweep(inputs: FigureInputs, options: ComponentSweepOptions, out: Out):
     """Figure 6: STS-B dev against one component's value, one experiment per value."""
     import json

@@ -39,6 +39,8 @@ from torch import nn
 from cselab.data.tokens import TokenizedCorpus
 from cselab.errors import ConfigError
 from cselab.models import keyed
+from cselab.settings import TrainingSettings
+from cselab.settings.spec import ExperimentSpec
 from cselab.training.chunks import Runner
 from cselab.training.diagnostics import view_cosine
 from cselab.training.method_config import (  # noqa: F401 (the contract's names, used by the methods)
@@ -289,11 +291,13 @@ class MethodSettings:
     reads but did not declare is one message naming it, not a silent default; an operational
     setting (speed, memory) reads as its value, or its default when the spec leaves it out."""
 
-    def __init__(self, settings: dict, method: str | None = None):
+    def __init__(self, settings: dict | TrainingSettings, method: str | None = None, given: tuple[str, ...] = ()):
+        """``settings``: a spec's training dict, or typed with the keys the spec states (``given``)."""
         from cselab.settings import training_settings
 
-        self._given, self._method = frozenset(settings), method
-        self._typed = training_settings(dict(settings))
+        typed = isinstance(settings, TrainingSettings)
+        self._given, self._method = frozenset(given if typed else settings), method
+        self._typed = settings if typed else training_settings(dict(settings))
 
     def __getattr__(self, key: str):
         from cselab.settings.training import OPERATIONAL
@@ -307,18 +311,21 @@ class MethodSettings:
         return getattr(self._typed, key)
 
 
-def build_objective(spec: dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
+def build_objective(spec: ExperimentSpec | dict, encoder: nn.Module, artifacts: dict[str, Path] | None = None,
                     model_dir: Path | None = None) -> Objective:
-    """The objective of an experiment ``spec`` (see :func:`cselab.pipeline.config.experiment_spec`)."""
+    """The objective of an experiment ``spec`` (:class:`~cselab.settings.spec.ExperimentSpec`,
+    or the dict of :func:`cselab.pipeline.config.experiment_spec`)."""
+    spec = ExperimentSpec.of(spec)
     components = []
-    runner = Runner(spec["training"]["chunk_size"], keyed=spec["training"]["keyed_dropout"])
-    for entry in spec_components(spec):
-        cls = method_class(entry["method"])
-        options = cls.check_options(entry["options"])
+    runner = Runner(spec.training.chunk_size, keyed=spec.training.keyed_dropout)
+    for entry in spec.components():
+        cls = method_class(entry.method)
+        options = cls.check_options(entry.options)
         own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
-        ctx = Context(encoder=encoder, options=options, training=MethodSettings(spec["training"], cls.name), artifacts=own,
-                      model_dir=model_dir, runner=runner)
-        components.append((entry["method"], entry["weight"], cls(ctx)))
+        settings = MethodSettings(spec.training, cls.name, given=spec.training_keys)
+        ctx = Context(encoder=encoder, options=options, training=settings, artifacts=own, model_dir=model_dir,
+                      runner=runner)
+        components.append((entry.method, entry.weight, cls(ctx)))
     objective = Objective(components, runner)
     keyed.install(encoder, "encoder")  # every trained network's dropout keyed by row (inactive outside a step)
     keyed.install(objective, "objective")
