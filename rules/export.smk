@@ -2,11 +2,15 @@
 # in the field's formats"). Target `exports` builds, for the experiments of export.tables, the
 # MTEB result files, and for the trained ones the card, the ONNX file and the export folder,
 # plus the MTEB check. Rule push uploads one export folder; it is never part of a target.
+# A sweep:<s> entry (a table's, export.experiments', export.mteb_check.experiments') is the sweep's
+# winner: the target waits for results/sweep_<s>.csv (a checkpoint, rules/sweeps.smk) and is
+# planned again, with the winner's exports, once the sweep has run. Rule push_sweep pushes a winner.
 
 
 rule exports:
     input:
-        cselab_targets.export_targets(CFG),
+        lambda wc: cselab_targets.export_targets(CFG, sweep_winner),
+        lambda wc: cselab_targets.export_sweep_reports(CFG),
 
 
 rule mteb_results:
@@ -33,14 +37,15 @@ rule mteb_results:
 
 rule mteb_check:
     input:
-        models=[e["model"] for e in cselab_targets.mteb_check_inputs(CFG).values()],
-        sts=[e["sts"] for e in cselab_targets.mteb_check_inputs(CFG).values()],
+        models=lambda wc: [e["model"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()],
+        sts=lambda wc: [e["sts"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()],
+        sweeps=lambda wc: cselab_targets.mteb_check_sweep_reports(CFG),
         senteval=rules.prepare_senteval.output.manifest,
     output:
         csv=report(OUT.MTEB_CHECK_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.MTEB_CHECK_MD,
     params:
-        entries=cselab_targets.mteb_check_inputs(CFG),
+        entries=lambda wc: cselab_targets.mteb_check_inputs(CFG, sweep_winner),
         options=CFG["export"]["mteb_check"],
         settings=ENCODER,
     log:
@@ -139,6 +144,30 @@ rule push:
     resources:
         mem_mb=2000,
         runtime=60,
+    conda:
+        "../envs/export.yaml"
+    script:
+        "../workflow_scripts/export.py"
+
+
+# A sweep's winner on the Hub: every seed's export folder pushed (rule push) once the sweep has
+# run (results/sweep_<s>.csv, a checkpoint); the receipt names the winner and each push's receipt.
+# Never part of a target: snakemake results/hub/sweeps/<s>.json
+rule push_sweep:
+    input:
+        sweep=OUT.SWEEP_CSV,
+        receipts=lambda wc: cfg_call(cselab_targets.sweep_push_receipts, wc.sweep, sweep_winner),
+    output:
+        OUT.SWEEP_PUSH_RECEIPT,
+    params:
+        winner=lambda wc: sweep_winner(wc.sweep),
+    log:
+        OUT.job_log("push_sweep", "{sweep}"),
+    benchmark:
+        OUT.job_benchmark("push_sweep", "{sweep}")
+    resources:
+        mem_mb=1000,
+        runtime=5,
     conda:
         "../envs/export.yaml"
     script:

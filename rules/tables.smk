@@ -41,7 +41,7 @@ rule leakage_audit:
         csv=report(OUT.LEAKAGE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.LEAKAGE_MD, caption="../report/table.rst", category="Tables"),
     params:
-        corpora=cselab_targets.leakage_corpora(CFG),
+        corpora=lambda wc: cselab_targets.leakage_corpora(CFG),
         ngram=CFG["evaluation"]["leakage"]["ngram"],
         beir=lambda wc: prepared_beir(),
     log:
@@ -58,19 +58,21 @@ rule leakage_audit:
 
 
 # The seed planner: variance components (seed, item) and the smallest difference each number of
-# seeds detects, from the runs of evaluation.seed_power.table.
+# seeds detects, from the runs of evaluation.seed_power.table. A sweep:<s> entry of that table (or
+# the baseline) is the sweep's winner: planned again once its checkpoint has run, like a table.
 rule seed_power:
     input:
-        pairs=lambda wc: [f for by_metric in cselab_targets.seed_power_inputs(CFG).values()
+        pairs=lambda wc: [f for by_metric in cselab_targets.seed_power_inputs(CFG, sweep_winner).values()
                           for files in by_metric.values() for f in files],
+        sweeps=lambda wc: cselab_targets.seed_power_sweep_reports(CFG),
     output:
         csv=report(OUT.SEED_POWER_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.SEED_POWER_MD,
         png=report(OUT.SEED_POWER_PNG, caption="../report/figure.rst", category="Figures"),
     params:
         options=CFG["evaluation"]["seed_power"],
-        inputs=lambda wc: cselab_targets.seed_power_inputs(CFG),
-        baseline=lambda wc: cselab_targets.seed_power_baseline(CFG),
+        inputs=lambda wc: cselab_targets.seed_power_inputs(CFG, sweep_winner),
+        baseline=lambda wc: cselab_targets.seed_power_baseline(CFG, sweep_winner),
         bootstrap=CFG["evaluation"]["bootstrap"],
     log:
         OUT.job_log("tables", "seed_power"),
@@ -86,17 +88,19 @@ rule seed_power:
 
 
 # Protocol sensitivity: every checkpoint of evaluation.protocols.table scored under each
-# aggregation, pooler, truncation and STS-B split the literature uses.
+# aggregation, pooler, truncation and STS-B split the literature uses (a sweep:<s> entry of that
+# table: the winner's, once the sweep's checkpoint has run).
 rule protocol_table:
     input:
-        models=lambda wc: list(cselab_targets.protocol_checkpoints(CFG).values()),
+        models=lambda wc: list(cselab_targets.protocol_checkpoints(CFG, sweep_winner).values()),
+        sweeps=lambda wc: cselab_targets.protocol_sweep_reports(CFG),
         senteval=rules.prepare_senteval.output.manifest,
     output:
         csv=report(OUT.PROTOCOLS_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.PROTOCOLS_MD,
     params:
         options=CFG["evaluation"]["protocols"],
-        checkpoints=lambda wc: cselab_targets.protocol_checkpoints(CFG),
+        checkpoints=lambda wc: cselab_targets.protocol_checkpoints(CFG, sweep_winner),
         batch_size=CFG["evaluation"]["batch_size"],
     log:
         OUT.job_log("tables", "table_protocols"),

@@ -335,8 +335,8 @@ def test_the_former_option_name_is_the_same_experiment():
     from tests.test_config import deep_update
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
-    old = deep_update(cfg, {"experiments": {"info-mask20-bert-base": {
-        "auxiliaries": {"infocse_mlm": {"options": {"mask_rate": 0.2}}}}}})
+    old = deep_update(cfg, {"experiments": {"info-mask20-bert-base": {  # written by hand beside its sweep point
+        "plm": "bert-base", "method": "infocse", "auxiliaries": {"infocse_mlm": {"options": {"mask_rate": 0.2}}}}}})
     old["experiments"]["info-mask20-bert-base"]["auxiliaries"]["infocse_mlm"]["options"].pop("mask_ratio", None)
     new_spec = cc.experiment_spec(cc.validate(cfg), "info-mask20-bert-base-s42")
     assert cc.experiment_spec(cc.validate(old), "info-mask20-bert-base-s42") == new_spec

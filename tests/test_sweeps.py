@@ -37,7 +37,8 @@ def smoke(smoke_raw):
 
 
 def with_sweep(cfg: dict, name: str = "s", **sweep) -> dict:
-    cfg["sweeps"] = {name: sweep}
+    """``cfg`` with sweep ``name`` besides its own (whose named points its tables and figures list)."""
+    cfg["sweeps"] = {**cfg.get("sweeps", {}), name: sweep}
     return cfg
 
 
@@ -127,8 +128,8 @@ def test_a_point_equal_to_an_experiment_reuses_it(smoke):
     spec = cc.experiment_spec(cfg, "diffcse-minilm@weight=0.01+head=batchnorm-s1")
     assert spec["auxiliaries"]["rtd"]["weight"] == 0.01 and spec["auxiliaries"]["rtd"]["options"]["mask_ratio"] == 0.3
     # two sweeps sharing a point: one experiment, both sweeps' seeds
-    smoke["sweeps"] = {"a": {"base": "simcse-minilm", "grid": {"training.lr": [1.0e-5]}, "seeds": [1]},
-                       "b": {"base": "simcse-minilm", "grid": {"training.lr": [1.0e-5, 2.0e-5]}, "seeds": [2]}}
+    smoke["sweeps"].update(a={"base": "simcse-minilm", "grid": {"training.lr": [1.0e-5]}, "seeds": [1]},
+                           b={"base": "simcse-minilm", "grid": {"training.lr": [1.0e-5, 2.0e-5]}, "seeds": [2]})
     cfg = cc.validate(smoke)
     assert cfg["experiments"]["simcse-minilm@lr=1e-05"]["seeds"] == [1, 2]
     assert sweep_experiment_ids(cfg, "a") == ["simcse-minilm@lr=1e-05-s1"]
@@ -140,7 +141,8 @@ def test_a_table_may_name_a_sweep(smoke):
     cfg = cc.validate(smoke)
     assert cfg["tables"]["table1"]["experiments"] == ["untrained-minilm", "simcse-minilm", "compcse-minilm"]
     assert cfg["sweeps"]["smoke-lr-batch"]["tables"] == ["table2", "table1"]
-    assert cfg["sweeps"]["smoke-lr-batch"]["rows"] == {"table1": 1}
+    # a sweep's own `tables` show the winner as their last row
+    assert cfg["sweeps"]["smoke-lr-batch"]["rows"] == {"table1": 1, "table2": len(cfg["tables"]["table2"]["experiments"])}
 
 
 @pytest.mark.parametrize("sweep, message", [
@@ -165,7 +167,9 @@ def test_a_table_may_name_a_sweep(smoke):
     ({"base": "simcse-minilm", "grid": {"training.chunk_size": [8]}, "seeds": [1]},
      r"'sweeps.s.grid.training.chunk_size': gradient caching replays dropout"),
     ({"base": "simcse-minilm", "grid": {"training.lr": [1.0e-5]}, "tables": ["nope"]},
-     r"'sweeps.s.tables': unknown table 'nope'"),
+     r"'sweeps.s.tables\[0\]': unknown table 'nope'"),
+    ({"base": "simcse-minilm", "grid": {"training.lr": [1.0e-5]}, "tables": ["table_methods"]},
+     r"'sweeps.s.tables\[0\]': a methods table names no experiments 'table_methods'"),
     ({"base": "nope", "grid": {"training.lr": [1.0e-5]}}, r"'sweeps.s.base': unknown experiment 'nope'"),
     ({"base": "untrained-minilm", "grid": {"training.lr": [1.0e-5]}}, r"'sweeps.s.base': .* is untrained"),
     ({"grid": {"training.lr": [1.0e-5]}}, r"'sweeps.s' is missing a required entry: 'base'"),
@@ -180,12 +184,84 @@ def test_each_bad_sweep_is_one_message_naming_the_key(smoke, sweep, message):
 
 def test_two_sweeps_with_one_id_and_other_settings_and_a_missing_sweep_are_refused(smoke):
     bad = copy.deepcopy(smoke)
-    bad["sweeps"] = {"a": {"base": "diffcse-minilm", "grid": {"weight": [0.5]}},
-                     "b": {"base": "diffcse-minilm", "grid": {"auxiliaries.rtd.weight": [0.5]}}}
+    bad["sweeps"].update(a={"base": "diffcse-minilm", "grid": {"weight": [0.5]}},
+                         b={"base": "diffcse-minilm", "grid": {"auxiliaries.rtd.weight": [0.5]}})
     with pytest.raises(ConfigError, match=r"'sweeps.b.grid': its point 'diffcse-minilm@weight=0.5' is a point of "
                                           r"sweep 'a' too, with other settings"):
         cc.validate(bad)
     smoke["tables"]["table1"]["experiments"].append("sweep:missing")
     with pytest.raises(ConfigError, match=r"'tables.table1.experiments\[3\]': unknown sweep 'missing'; defined "
-                                          r"under 'sweeps': simcse-bert-base, smoke-lr-batch"):
+                                          r"under 'sweeps': .*simcse-bert-base, smoke-lr-batch"):
+        cc.validate(smoke)
+
+
+def test_named_points_keep_their_names_and_settings(smoke):
+    """``names``: the ablation points written by hand before the sweeps existed keep their names
+    (their results and the tables' and figures' rows), with the settings they had."""
+    cfg = cc.validate(copy.deepcopy(smoke))
+    assert points(cfg, "compcse-d0-minilm") == ["comp-d0-96-minilm", "comp-d0-192-minilm", "compcse-minilm"]
+    assert sweep_experiment_ids(cfg, "compcse-d0-minilm") == ["comp-d0-96-minilm-s42", "comp-d0-192-minilm-s42",
+                                                              "compcse-minilm-s42"]
+    assert points(cfg, "diffcse-lambda-minilm") == ["diff-lam0-minilm", "diffcse-minilm", "diff-lam5e-2-minilm"]
+    assert "comp-d0-96-minilm" in cfg["tables"]["table6"]["experiments"]
+    assert not any("@" in p for n, s in cfg["sweeps"].items() if s.get("names") for p in points(cfg, n))
+    # the same specs as the entries written by hand
+    by_hand = copy.deepcopy(smoke)
+    for sweep in ("compcse-d0-minilm", "diffcse-lambda-minilm", "gp-heldout-r-minilm"):
+        del by_hand["sweeps"][sweep]
+    by_hand["experiments"].update({
+        "comp-d0-96-minilm": {"plm": "minilm", "method": "compcse", "options": {"d0": 96}},
+        "comp-d0-192-minilm": {"plm": "minilm", "method": "compcse", "options": {"d0": 192}},
+        "diff-lam0-minilm": {"plm": "minilm", "method": "diffcse", "auxiliaries": {"rtd": {"weight": 0.0}}},
+        "diff-lam5e-2-minilm": {"plm": "minilm", "method": "diffcse", "auxiliaries": {"rtd": {"weight": 5.0e-2}}},
+        "gp-heldout-r200-minilm": {"plm": "minilm", "method": "paradigm", "training": {"holdout": 0.1},
+                                   "options": {"loss": "paradigm", "gd": True, "ratio": 2.0}}})
+    old = cc.validate(by_hand)
+    for exp_id in ("comp-d0-96-minilm-s42", "comp-d0-192-minilm-s42", "diff-lam0-minilm-s42",
+                   "diff-lam5e-2-minilm-s42", "gp-heldout-r200-minilm-s42"):
+        assert cc.experiment_spec(cfg, exp_id) == cc.experiment_spec(old, exp_id)
+    assert cc.experiment_spec(cfg, "comp-d0-96-minilm-s42")["options"]["d0"] == 96
+    # ... and a hand-written entry with the same settings beside the sweep is the same experiment
+    both = copy.deepcopy(by_hand)
+    both["sweeps"] = copy.deepcopy(smoke["sweeps"])
+    assert points(cc.validate(both), "compcse-d0-minilm") == points(cfg, "compcse-d0-minilm")
+    # a point of a grid of two keys, written as its name writes it; the other points keep <base>@...
+    named = cc.validate(with_sweep(smoke, base="simcse-minilm", seeds=[1],
+                                   grid={"training.lr": [1.0e-5, 2.0e-5], "training.batch_size": [16]},
+                                   names={"lr=2e-05+batch_size=16": "simcse-small-minilm"}))
+    assert points(named, "s") == ["simcse-minilm@lr=1e-05+batch_size=16", "simcse-small-minilm"]
+    spec = cc.experiment_spec(named, "simcse-small-minilm-s1")
+    assert (spec["training"]["lr"], spec["training"]["batch_size"], spec["seed"]) == (2.0e-5, 16, 1)
+    # an experiment as if written by hand (the base's seeds); the sweep runs its own seeds of it
+    assert "seeds" not in named["experiments"]["simcse-small-minilm"]
+    assert sweep_experiment_ids(named, "s") == ["simcse-minilm@lr=1e-05+batch_size=16-s1", "simcse-small-minilm-s1"]
+    # a named point equal to another experiment is its own, as if written by hand (an unnamed one: that experiment)
+    twin = cc.validate(with_sweep(smoke, base="compcse-minilm", grid={"options.d0": [None, 48]},
+                                  names={"d0=null": "compcse-again-minilm"}))
+    assert points(twin, "s") == ["compcse-again-minilm", "compcse-minilm@d0=48"]
+    assert cc.experiment_spec(twin, "compcse-again-minilm-s42")["options"] == \
+        cc.experiment_spec(twin, "compcse-minilm-s42")["options"]
+
+
+@pytest.mark.parametrize("names, message", [
+    ({"d0=97": "x-minilm"}, r"'sweeps.s.names.d0=97': no point of the grid is written 'd0=97'; its points: d0=48, "
+                            r"d0=64$"),
+    ({"d0=48.0": "x-minilm"}, r"'sweeps.s.names.d0=48.0': no point of the grid is written 'd0=48.0'"),
+    ({"d0=48": "x-minilm", "d0=64": "x-minilm"}, r"'sweeps.s.names.d0=64': 'x-minilm' names point 'd0=48' too"),
+    ({"d0=48": "simcse-minilm"}, r"'sweeps.s.names.d0=48': 'simcse-minilm' is an experiment with other settings"),
+    ({"d0=48": "untrained-minilm"}, r"'sweeps.s.names.d0=48': 'untrained-minilm' is an experiment with other"),
+    ({"d0=48": "comp-d0-96-minilm"}, r"'sweeps.s.names.d0=48': 'comp-d0-96-minilm' is an experiment with other"),
+    ({"d0=48": "a b"}, r"'sweeps.s.names.d0=48': 'a b' does not match"),
+])
+def test_each_bad_name_is_one_message_naming_the_sweep_and_the_point(smoke, names, message):
+    sweep = {"base": "compcse-minilm", "grid": {"options.d0": [48, 64]}}
+    with pytest.raises(ConfigError, match=message):
+        cc.validate(with_sweep(smoke, **sweep, names=names))
+
+
+def test_two_sweeps_giving_one_name_to_other_settings_are_refused(smoke):
+    smoke["sweeps"].update(a={"base": "compcse-minilm", "grid": {"options.d0": [48]}, "names": {"d0=48": "x-minilm"}},
+                           b={"base": "compcse-minilm", "grid": {"options.d0": [64]}, "names": {"d0=64": "x-minilm"}})
+    with pytest.raises(ConfigError, match=r"'sweeps.b.names.d0=64': 'x-minilm' is an experiment with other settings "
+                                          r"already \(under 'experiments' or another sweep's names\)"):
         cc.validate(smoke)

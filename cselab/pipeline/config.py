@@ -82,6 +82,7 @@ def validate(config: dict) -> dict:
     check_schema(cfg, load_schema())
     cfg = fill_config_defaults(cfg)  # a key left out takes its default (cselab/settings)
     _check_methods(cfg)
+    sweeps.name_points(cfg)  # a sweep's named points are experiments the tables and figures may list
     sweeps.take_table_entries(cfg)  # a table's sweep:<name> (the sweep's winner) is no experiment
     _check_tables(cfg)
     checks.check_table_reports(cfg)

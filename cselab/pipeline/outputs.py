@@ -92,6 +92,7 @@ ONNX = "results/onnx/{exp}/model.onnx"
 ONNX_CHECK = "results/onnx/{exp}/check.json"
 EXPORT = "results/export/{exp}"
 PUSH_RECEIPT = "results/hub/{exp}.json"
+SWEEP_PUSH_RECEIPT = "results/hub/sweeps/{sweep}.json"  # a sweep's winner pushed (rule push_sweep)
 FIGURE_CSV = "results/{figure}.csv"
 MLFLOW_STORE = "sqlite:///results/mlflow.db"
 

@@ -8,7 +8,10 @@ authors' repository princeton-nlp/SimCSE, issue 190). :func:`expand_sweeps` adds
 ``experiments`` as ``<base>@<key>=<value>+<key>=<value>`` (the short key: the setting's last part,
 ``lr``; longer where two grid keys end alike, ``rtd.weight``); a point whose merged settings equal
 an experiment's that the config defines reuses that experiment. A point's name depends only on its
-own values, so adding a value or a seed never renames nor changes another point.
+own values, so adding a value or a seed never renames nor changes another point. ``names`` keeps
+a name given before the sweep existed: point (as its name writes it after ``@``: ``d0=192``) ->
+experiment name (``comp-d0-192-bert-base``); :func:`name_points` adds those points to
+``experiments`` before the tables and figures that list them are checked.
 
 Why ``+`` between the pairs, not ``,``: a cluster job re-plans its one job from ``--target-jobs
 train:exp=<id>`` (snakemake_interface_executor_plugins' encoder), which Snakemake splits at every
@@ -98,6 +101,7 @@ def take_table_entries(cfg: dict) -> None:
     sweeps = cfg.get("sweeps", {})
     for sweep in sweeps.values():
         sweep["rows"] = {}
+    _list_in_tables(cfg, sweeps)
     for tname, table in cfg["tables"].items():
         if table["kind"] == "methods" or not table.get("experiments"):
             continue
@@ -111,33 +115,121 @@ def take_table_entries(cfg: dict) -> None:
         table["experiments"] = [e for e in table["experiments"] if not str(e).startswith(TABLE_ENTRY)]
 
 
+def _list_in_tables(cfg: dict, sweeps: dict) -> None:
+    """A sweep's ``tables``: each shows the winner as its last row (``sweep:<name>`` appended to its
+    experiments, unless the table lists it already)."""
+    for name, sweep in sweeps.items():
+        for i, tname in enumerate(sweep.get("tables") or []):
+            table = cfg["tables"].get(tname)
+            if table is None or table["kind"] == "methods":
+                why = "a methods table names no experiments" if table else "unknown table"
+                raise ConfigError(f"config key 'sweeps.{name}.tables[{i}]': {why} {tname!r}; tables with "
+                                  f"experiments: {', '.join(sorted(t for t, e in cfg['tables'].items() if e['kind'] != 'methods'))}")
+            entries = table.setdefault("experiments", [])
+            if f"{TABLE_ENTRY}{name}" not in entries:
+                entries.append(f"{TABLE_ENTRY}{name}")
+
+
+def name_points(cfg: dict) -> None:
+    """Add each sweep's named points (``sweeps.<s>.names``: a point, as its name writes it after
+    ``<base>@``, -> the experiment name it keeps) to ``experiments``, as if written there, before
+    the tables and figures that list them are checked; :func:`expand_sweeps` adds the others.
+    Each name is refused (one message naming the sweep and the point) when no point of the grid
+    is written so, when two points would share it, or when it is an experiment with other settings.
+    As an entry written by hand, a named point is its own experiment even where its settings equal
+    another's (a method's default changed to its value), which an unnamed point would reuse."""
+    named = {name: sweep for name, sweep in (cfg.get("sweeps") or {}).items() if sweep.get("names")}
+    if not named:
+        return
+    checks.check_training(cfg["training"], "training")  # the shared settings' problems named where they are written
+    defined = {n: _comparable(cfg, n) for n, e in cfg["experiments"].items() if e["method"] != UNTRAINED}
+    for name, sweep in named.items():
+        if "base" in sweep and sweep["base"] in cfg["experiments"]:  # its own problems named as its own
+            checks.check_training(merge_experiment(cfg, sweep["base"])["training"],
+                                  f"experiments.{sweep['base']}.training")
+        base, entry, _, grid = _resolve(cfg, name, sweep)
+        own = cfg["experiments"][sweep["base"]].get("seeds") if "base" in sweep else None  # as written by hand
+        points = dict(_point_names(name, grid))
+        where = f"sweeps.{name}.names"
+        taken: dict[str, str] = {}
+        for suffix, kept in sweep["names"].items():
+            if suffix not in points:
+                raise ConfigError(f"config key '{where}.{suffix}': no point of the grid is written {suffix!r}; "
+                                  f"its points: {', '.join(points)}")
+            if kept in taken:
+                raise ConfigError(f"config key '{where}.{suffix}': {kept!r} names point {taken[kept]!r} too; "
+                                  f"give each point its own name")
+            taken[kept] = suffix
+        for suffix, kept in sweep["names"].items():
+            _add_named_point(cfg, f"{where}.{suffix}", kept, entry, points[suffix], own, defined)
+
+
+def _add_named_point(cfg: dict, where: str, kept: str, base: dict, values: dict, seeds: list[int] | None,
+                     defined: dict) -> None:
+    """Add one named point as experiment ``kept``, the base's entry with the point's values and
+    the base's own ``seeds`` (the sweep runs its seeds of it, as of an experiment a point reuses);
+    checked as an experiment, each problem named by ``where``. An experiment ``kept`` with the same
+    settings stays as it is."""
+    entry = copy.deepcopy(base)
+    for key, value in values.items():
+        _set(entry, key, value, cfg["methods"][base["method"]]["objective"])
+    check_schema(entry, _experiment_schema(), where=where, context=f"point {kept!r}")
+    existing = cfg["experiments"].get(kept)
+    cfg["experiments"][kept] = {**entry, **({"seeds": list(seeds)} if seeds else {})}
+    try:
+        spec = merge_experiment(cfg, kept)
+        checks.check_components(cfg, spec, where, primary_key=None)
+        checks.check_training(spec["training"], f"{where}.training")
+        wanted = _comparable(cfg, kept)
+    finally:
+        if existing is not None:
+            cfg["experiments"][kept] = existing
+    if existing is not None:
+        if defined.get(kept) != wanted:
+            raise ConfigError(f"config key '{where}': {kept!r} is an experiment with other settings already "
+                              f"(under 'experiments' or another sweep's names); give the point another name")
+        return
+    defined[kept] = wanted
+
+
 def expand_sweeps(cfg: dict) -> None:
     """Every sweep's points as experiments (after the configured experiments and the methods
-    tables' ones, which a point may reuse), and the resolved sweep (see the module docstring)."""
+    tables' ones, which a point may reuse; a named point is the experiment :func:`name_points`
+    added), and the resolved sweep (see the module docstring)."""
     sweeps = cfg.setdefault("sweeps", {})
     defined = {n: _comparable(cfg, n) for n, e in cfg["experiments"].items() if e["method"] != UNTRAINED} \
         if sweeps else {}
     made: dict[str, tuple[str, dict, str]] = {}  # point -> (its first sweep, its settings, its experiment)
     for name, sweep in sweeps.items():
-        base, entry = _base(cfg, name, sweep)
-        seeds = list(sweep.get("seeds") or (seeds_of(cfg, sweep["base"]) if "base" in sweep else cfg["seeds"]))
+        base, entry, seeds, grid = _resolve(cfg, name, sweep)
         _check_metric(name, sweep.get("metric", "stsb_dev"))
-        for table in sweep.get("tables", []):
-            if table not in cfg["tables"]:
-                raise ConfigError(f"config key 'sweeps.{name}.tables': unknown table {table!r}; defined under "
-                                  f"'tables': {', '.join(sorted(cfg['tables']))}")
-        grid = _check_grid(cfg, name, sweep.get("grid") or {}, entry, base)
-        short = short_keys(list(grid))
+        names = sweep.get("names") or {}
         points = []
-        for values in itertools.product(*grid.values()):
-            point_values = dict(zip(grid, values))
-            point = f"{base}@" + "+".join(f"{short[k]}={format_value(v, f'sweeps.{name}.grid.{k}')}"
-                                          for k, v in point_values.items())
-            points.append({"experiment": _add_point(cfg, name, point, entry, point_values, seeds, defined, made),
-                           "values": point_values})
+        for suffix, point_values in _point_names(name, grid):
+            experiment = names.get(suffix) or _add_point(cfg, name, f"{base}@{suffix}", entry, point_values, seeds,
+                                                         defined, made)
+            points.append({"experiment": experiment, "values": point_values})
         rows = sweep.get("rows", {})
         sweep.update(points=points, seeds=seeds, metric=sweep.get("metric", "stsb_dev"), grid=dict(grid),
                      tables=list(dict.fromkeys([*sweep.get("tables", []), *rows])), rows=rows)
+
+
+def _resolve(cfg: dict, name: str, sweep: dict) -> tuple[str, dict, list[int], dict]:
+    """The sweep's base name, base entry, seeds and checked grid."""
+    base, entry = _base(cfg, name, sweep)
+    seeds = list(sweep.get("seeds") or (seeds_of(cfg, sweep["base"]) if "base" in sweep else cfg["seeds"]))
+    return base, entry, seeds, _check_grid(cfg, name, sweep.get("grid") or {}, entry, base)
+
+
+def _point_names(name: str, grid: dict) -> list[tuple[str, dict]]:
+    """Each point of ``grid``, in order: its name after ``<base>@`` (``lr=1e-05+batch_size=16``) and values."""
+    short = short_keys(list(grid))
+    out = []
+    for values in itertools.product(*grid.values()):
+        point_values = dict(zip(grid, values))
+        out.append(("+".join(f"{short[k]}={format_value(v, f'sweeps.{name}.grid.{k}')}"
+                             for k, v in point_values.items()), point_values))
+    return out
 
 
 def _base(cfg: dict, name: str, sweep: dict) -> tuple[str, dict]:

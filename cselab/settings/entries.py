@@ -67,8 +67,9 @@ class Experiment:
 @settings
 class Sweep:
     DOC: ClassVar[str] = ("a sweep: every point of its grid (the product of its value lists, in order) is an experiment "
-                          "<base>@<key>=<value>+<key>=<value> (cselab/pipeline/sweeps.py), trained for each seed and "
-                          "compared on its metric; not part of the default target")
+                          "<base>@<key>=<value>+<key>=<value>, or the name names keeps for it "
+                          "(cselab/pipeline/sweeps.py, docs/experiments.md), trained for each seed and compared on its "
+                          "metric; not part of the default target")
 
     base: str = setting(None, fill=False, **NAME, doc="the experiment whose settings each point changes (or: plm and "
                                                       "method)")
@@ -83,8 +84,14 @@ class Sweep:
     metric: str = setting("stsb_dev", fill=False,
                           doc="the result the points are compared on: an evaluation kind's result (default: STS-B dev)")
     tables: list[str] = setting([], fill=False, uniqueItems=True,
-                                doc="tables that show the winner (a table may also list sweep:<name> among its "
-                                    "experiments)")
+                                doc="tables that show the winner as their last row (or list sweep:<name> among a "
+                                    "table's experiments, at the row it takes)")
+    names: dict[str, str] = setting(
+        {}, fill=False, propertyNames={"type": "string", "minLength": 1},
+        additionalProperties={"type": "string", **NAME},
+        doc="point -> the experiment name it keeps instead of <base>@<point>, the point written as in its name "
+            "(d0=192, lr=1e-05+batch_size=16): a name given before the sweep existed, which tables and figures may "
+            "list")
     #: filled in by the workflow (cselab/pipeline/sweeps.py), never written in a config
     points: list[dict[str, Any]] = setting(None, fill=False, schema={"not": {}},
                                            doc="resolved: [{experiment, values}] per grid point, in grid order")

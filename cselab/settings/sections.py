@@ -78,8 +78,8 @@ class Spans:
 @settings
 class MtebCheck:
     experiments: list[str] = setting(["untrained-bert-base", "simcse-bert-base"], items=NONEMPTY,
-                                     doc="Experiments (names; every seed) whose checkpoints MTEB's evaluator scores "
-                                         "beside ours.")
+                                     doc="Experiments (names; every seed; sweep:<name> for a sweep's winner) whose "
+                                         "checkpoints MTEB's evaluator scores beside ours.")
     tolerance: float = setting(0.01, exclusiveMinimum=0,
                                doc="Largest |MTEB - cselab| cosine Spearman x100 per task that counts as agreement.")
 
@@ -106,6 +106,9 @@ class Export:
     tables: list[str] | None = setting(None, items=NONEMPTY,
                                        doc="The tables whose experiments get MTEB result files and (trained ones) a "
                                            "card, an ONNX file and an export folder; null: every table.")
+    experiments: list[str] = setting([], items=NONEMPTY,
+                                     doc="Experiments exported besides the tables' (names; every seed); "
+                                         "sweep:<name> exports a sweep's winner once the sweep has run.")
     mteb_check: MtebCheck = setting(MtebCheck)
     onnx: Onnx = setting(Onnx)
     card: Card = setting(Card)
