@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from cselab.errors import ConfigError, check_schema
-from cselab.pipeline.experiments import RENAMED_METHODS, UNTRAINED, merge_experiment
+from cselab.pipeline.experiments import RENAMED_METHODS, TABLE_ENTRY, UNTRAINED, merge_experiment
 from cselab.settings.spec import ExperimentSpec
 
 
@@ -48,8 +48,6 @@ def check_table_reports(cfg: dict) -> None:
 def named_sweep(cfg: dict, entry, where: str) -> str | None:
     """The sweep an experiment entry names (``sweep:<s>``: its winner, resolved through the sweep's
     report when the workflow plans), or None for another entry; an unknown sweep is an error naming ``where``."""
-    from cselab.pipeline.sweeps import TABLE_ENTRY  # (sweeps imports this module)
-
     if not (isinstance(entry, str) and entry.startswith(TABLE_ENTRY)):
         return None
     name, sweeps = entry[len(TABLE_ENTRY):], cfg.get("sweeps") or {}

@@ -21,6 +21,10 @@ from cselab.pipeline import outputs
 from cselab.settings.spec import Component, ExperimentSpec
 from cselab.settings.training import OPERATIONAL, Training  # noqa: F401 (OPERATIONAL: the config layer's name for it)
 
+#: the prefix of an entry (a table's experiment, an export, the seed planner's) that stands for a
+#: sweep's winner: ``sweep:<name>``
+TABLE_ENTRY = "sweep:"
+
 UNTRAINED = "untrained"
 
 _SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")

@@ -38,12 +38,10 @@ from importlib import resources
 
 from cselab.errors import ConfigError, check_schema
 from cselab.pipeline import checks
-from cselab.pipeline.experiments import UNTRAINED, _comparable, merge_experiment, seeds_of
+from cselab.pipeline.experiments import TABLE_ENTRY, UNTRAINED, _comparable, merge_experiment, seeds_of
 
 #: a value as it appears in a point's name (a wildcard of rules/common.smk's ``exp``)
 _VALUE = re.compile(r"^[A-Za-z0-9._-]+$")
-#: the prefix of a table's experiment entry that stands for a sweep's winner
-TABLE_ENTRY = "sweep:"
 #: the parts of a grid key that a point's short key leaves out
 _SECTIONS = ("training", "options", "auxiliaries")
 

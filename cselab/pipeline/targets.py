@@ -36,7 +36,7 @@ def table_sweeps(cfg: dict, name: str) -> list[str]:
 
 def entry_sweep(entry: str) -> str | None:
     """The sweep an experiment entry names (``sweep:<s>``: its winner), or None for an experiment."""
-    from cselab.pipeline.sweeps import TABLE_ENTRY
+    from cselab.pipeline.experiments import TABLE_ENTRY
 
     return entry[len(TABLE_ENTRY):] if isinstance(entry, str) and entry.startswith(TABLE_ENTRY) else None
 
@@ -66,7 +66,7 @@ def entry_sweep_reports(entries) -> list[str]:
 def table_entries(cfg: dict, name: str) -> list[str]:
     """A table's experiment entries in row order, each ``sweep:<s>`` back at its place (validation
     takes them out of ``experiments`` and records the place in ``sweeps.<s>.rows``)."""
-    from cselab.pipeline.sweeps import TABLE_ENTRY
+    from cselab.pipeline.experiments import TABLE_ENTRY
 
     entries = list(typed_config(cfg).tables[name].experiments or [])
     for sweep in table_sweeps(cfg, name):  # in row order: each index counts the entries before it

@@ -15,13 +15,6 @@ from cselab.settings.training import Training
 TrainingSettings = Training
 
 
-def config_schema() -> dict:
-    """The config's JSON schema as generated (before the table and figure kinds are enumerated)."""
-    from cselab.settings.generate import schema
-
-    return schema()
-
-
 def fill_config_defaults(config: dict) -> dict:
     """``config`` (checked against the schema) with every missing key that has a default filled in."""
     return fill_defaults(Config, config)
@@ -57,6 +50,6 @@ def evaluation_settings(d: dict) -> Evaluation:
     return from_dict(Evaluation, d, where="evaluation")
 
 
-__all__ = ["Component", "Config", "Evaluation", "ExperimentSpec", "Training", "TrainingSettings", "config_schema",
+__all__ = ["Component", "Config", "Evaluation", "ExperimentSpec", "Training", "TrainingSettings",
            "evaluation_settings", "fill_config_defaults", "fill_defaults", "from_dict", "schema_of", "to_plain", "training_settings",
            "typed_config"]
