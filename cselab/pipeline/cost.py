@@ -590,7 +590,9 @@ def node_of(book: rc.RateBook, settings: CostPlan) -> dict:
 def default_targets(cfg: dict) -> list[str]:
     """``cost_plan.targets`` when null: ``all`` (every paper target) and every configured sweep's
     report (``results/sweep_<s>.csv``: not in ``all``, its grid of trainings priced all the same)."""
-    return ["all", *(outputs.path(outputs.SWEEP_CSV, sweep=s) for s in cfg.get("sweeps") or {})]
+    from cselab.settings import typed_config
+
+    return ["all", *(outputs.path(outputs.SWEEP_CSV, sweep=s) for s in typed_config(cfg).sweeps)]
 
 
 def write_cost_plan(cfg: dict, config: dict, rates: str | Path, snakemake: list[str], snakefile: str,

@@ -14,6 +14,7 @@ from cselab.pipeline.experiments import typed_spec
 from cselab.reporting.kinds import figure_kinds
 from cselab.reporting.tables import EXTRA_COLUMNS, TABLE_KINDS, kind_columns
 from cselab.settings import Training, typed_config
+from cselab.settings.entries import Sweep
 
 
 def table_columns(cfg: dict, name: str) -> list[str]:
@@ -29,9 +30,9 @@ Winners = Callable[[str], "dict | None"]
 
 def table_sweeps(cfg: dict, name: str) -> list[str]:
     """The sweeps whose winner table ``name`` shows (its ``sweep:<s>`` entries), in row order."""
-    sweeps = cfg.get("sweeps") or {}
-    mine = [s for s, sweep in sweeps.items() if name in (sweep.get("rows") or {})]
-    return sorted(mine, key=lambda s: sweeps[s]["rows"][name])
+    sweeps = typed_config(cfg).sweeps
+    mine = [s for s, sweep in sweeps.items() if name in (sweep.rows or {})]
+    return sorted(mine, key=lambda s: sweeps[s].rows[name])
 
 
 def entry_sweep(entry: str) -> str | None:
@@ -70,7 +71,7 @@ def table_entries(cfg: dict, name: str) -> list[str]:
 
     entries = list(typed_config(cfg).tables[name].experiments or [])
     for sweep in table_sweeps(cfg, name):  # in row order: each index counts the entries before it
-        entries.insert(cfg["sweeps"][sweep]["rows"][name], TABLE_ENTRY + sweep)
+        entries.insert(sweep_entry(cfg, sweep).rows[name], TABLE_ENTRY + sweep)
     return entries
 
 
@@ -147,17 +148,17 @@ def winner_note(cfg: dict, sweep: str, winner: dict) -> str:
     from cselab.reporting.sweeps import metric_of
 
     entry = sweep_entry(cfg, sweep)
-    short = short_keys(list(entry["grid"]))
-    values = next((p["values"] for p in entry["points"] if p["experiment"] == winner["experiment"]), {})
+    short = short_keys(list(entry.grid))
+    values = next((p["values"] for p in entry.points if p["experiment"] == winner["experiment"]), {})
     shown = ", ".join(f"{short[k]}={format_value(v, k)}" for k, v in values.items())
-    metric = entry["metric"]
+    metric = entry.metric
     n, k = winner["compared"], winner["distinguishable"]
-    versus = ("the grid's only point" if len(entry["points"]) < 2 else
+    versus = ("the grid's only point" if len(entry.points) < 2 else
               "compared with no other point (no per-item predictions)" if not n else
               f"distinguishable from {k} of the {n} other points compared at these seeds")
     return (f"Row {winner['experiment']}: the winner of sweep {sweep} ({shown}), chosen on "
             f"{metric_of(metric).label} ({metric}; a development split) over seeds "
-            f"{', '.join(map(str, entry['seeds']))}, mean {winner['mean']:.2f}; {versus} "
+            f"{', '.join(map(str, entry.seeds))}, mean {winner['mean']:.2f}; {versus} "
             f"(results/sweep_{sweep}.md).")
 
 
@@ -355,15 +356,17 @@ def export_targets(cfg: dict, winners: Winners | None = None) -> list[str]:
             + [outputs.MTEB_CHECK_CSV])
 
 
-def sweep_entry(cfg: dict, name: str) -> dict:
-    """A resolved sweep (``sweeps.<name>`` after validation: ``points``, ``seeds``, ``metric``,
-    ``grid``); a user error for an unknown one."""
+def sweep_entry(cfg: dict, name: str) -> Sweep:
+    """A resolved sweep, typed (``sweeps.<name>`` after validation: ``points``, ``seeds``, ``metric``,
+    ``grid``, ``rows``); a user error for an unknown one."""
     from cselab.errors import ConfigError
+
+    from cselab.settings import from_dict
 
     sweeps = cfg.get("sweeps") or {}
     if name not in sweeps:
         raise ConfigError(f"no sweep named {name!r} under sweeps: ({', '.join(sorted(sweeps)) or 'none configured'})")
-    return sweeps[name]
+    return from_dict(Sweep, sweeps[name], where=f"sweeps.{name}")
 
 
 def sweep_points(cfg: dict, name: str) -> list[dict]:
@@ -373,11 +376,11 @@ def sweep_points(cfg: dict, name: str) -> list[dict]:
     from cselab.reporting.sweeps import metric_of
 
     sweep = sweep_entry(cfg, name)
-    metric = metric_of(sweep["metric"])
+    metric = metric_of(sweep.metric)
     out = []
-    for point in sweep["points"]:
+    for point in sweep.points:
         runs = []
-        for seed in sweep["seeds"]:
+        for seed in sweep.seeds:
             exp_id = f"{point['experiment']}-s{seed}"
             runs.append({"id": exp_id, "seed": seed, "score": outputs.path(outputs.RESULT[metric.score], exp=exp_id),
                          "pairs": metric.pairs and outputs.path(outputs.RESULT[metric.pairs], exp=exp_id),
@@ -396,5 +399,6 @@ def sweep_params(cfg: dict, name: str) -> dict:
     """The sweep report job's settings: the sweep (name, metric, seeds, grid) and the experiment
     entry of each point (the selected one becomes ``results/sweep_<name>.best.yaml``)."""
     sweep = sweep_entry(cfg, name)
-    return {"name": name, "metric": sweep["metric"], "seeds": list(sweep["seeds"]), "grid": dict(sweep["grid"]),
-            "entries": {p["experiment"]: cfg["experiments"][p["experiment"]] for p in sweep["points"]}}
+    return {"name": name, "metric": sweep.metric, "seeds": list(sweep.seeds),
+            "grid": {key: list(values) for key, values in sweep.grid.items()},
+            "entries": {p["experiment"]: cfg["experiments"][p["experiment"]] for p in sweep.points}}
