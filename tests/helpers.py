@@ -239,6 +239,16 @@ def make_transfer(base: Path, n: int = 40, seed: int = 0) -> Path:
     return base
 
 
+def make_workflow_data(root: Path, corpus_lines: int) -> Path:
+    """What a workflow test runs on, under ``root``: the SentEval tree (STS with 12 extra STS-B dev
+    pairs, and the transfer tasks), a corpus of ``corpus_lines`` lines and a tiny random BERT."""
+    make_senteval(root / "data" / "senteval", n_extra=12)
+    make_transfer(root / "data" / "senteval")
+    make_corpus(root / "data" / "corpus.txt", corpus_lines)
+    make_tiny_bert(root / "tiny-bert")
+    return root
+
+
 def make_beir(root: Path, n_docs: int = 60, n_queries: int = 12, seed: int = 0) -> Path:
     """A tiny BEIR-format dataset: corpus.jsonl, queries.jsonl, qrels/test.tsv."""
     import json

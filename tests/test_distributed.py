@@ -277,13 +277,10 @@ def test_workflow_trains_one_experiment_on_two_processes(tmp_path):
 
     import mlflow
 
-    from tests.helpers import make_senteval, make_tiny_bert, make_transfer
+    from tests.helpers import make_workflow_data
     from tests.test_workflow import snakemake, write_config
 
-    make_senteval(tmp_path / "data" / "senteval", n_extra=12)
-    make_transfer(tmp_path / "data" / "senteval")
-    make_corpus(tmp_path / "data" / "corpus.txt", 120)
-    make_tiny_bert(tmp_path / "tiny-bert")
+    make_workflow_data(tmp_path, 120)
     write_config(tmp_path, training={"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2,
                                      "log_steps": 1, "devices": 2},
                  experiments={"simcse-tiny": {"plm": "tiny", "method": "simcse"}})

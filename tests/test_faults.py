@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import make_corpus, make_senteval, make_tiny_bert, make_transfer
+from tests.helpers import make_workflow_data
 from tests.test_workflow import ROOT
 
 EXP = "simcse-tiny-s42"
@@ -45,10 +45,7 @@ def record(fault: str, outcome: str, message: str, steps_lost: int | str = "-", 
 # -- a tiny project --------------------------------------------------------------------------------
 
 def make_project(root: Path, **training) -> Path:
-    make_senteval(root / "data" / "senteval", n_extra=12)
-    make_transfer(root / "data" / "senteval")
-    make_corpus(root / "data" / "corpus.txt", 400)
-    make_tiny_bert(root / "tiny-bert")
+    make_workflow_data(root, 400)
     write_config(root, **training)
     return root
 

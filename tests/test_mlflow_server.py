@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_corpus, make_senteval, make_transfer, make_tiny_bert
+from tests.helpers import make_workflow_data
 from tests.test_workflow import ROOT, write_config
 
 pytest.importorskip("uvicorn", reason="mlflow server needs uvicorn (mlflow[server] / full mlflow)")
@@ -140,10 +140,7 @@ def configure(workdir: Path, **mlflow) -> None:
 def server_run(server_process, tmp_path_factory, request):
     """The tiny workflow logged to the server (the data is made while the server starts)."""
     workdir = tmp_path_factory.mktemp("wf-server")
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_corpus(workdir / "data" / "corpus.txt", 50)
-    make_tiny_bert(workdir / "tiny-bert")
+    make_workflow_data(workdir, 50)
     configure(workdir)
     proc, _ = snakemake(workdir, request.getfixturevalue("mlflow_server"), "results/table1.csv")
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import make_corpus, make_senteval, make_tiny_bert, make_transfer
+from tests.helpers import make_workflow_data
 from tests.slurm_cluster import ClusterUnavailable, slurm_cluster
 from tests.test_workflow import write_config
 
@@ -142,10 +142,7 @@ def cluster():
 def slurm_run(cluster, tmp_path_factory):
     """One trained tiny experiment up to Table 1, every job through sbatch (max_steps 2)."""
     workdir = tmp_path_factory.mktemp("slurm-wf")
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_corpus(workdir / "data" / "corpus.txt", 100)
-    make_tiny_bert(workdir / "tiny-bert")
+    make_workflow_data(workdir, 100)
     # one training job of 2 processes (gloo on the node's CPUs): training.devices through the profile
     write_config(workdir, training={"max_steps": 2, "eval_steps": 2, "log_steps": 1, "devices": 2})
     cfg = yaml.safe_load((workdir / "test.yaml").read_text())
@@ -226,10 +223,7 @@ def test_warning_signal_checkpoints_requeues_and_resumes(cluster, tmp_path):
     under the same id, it resumes from that checkpoint and completes, and Snakemake, which
     never saw a failure, spends no retry."""
     workdir = tmp_path / "wf"
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_corpus(workdir / "data" / "corpus.txt", 240)
-    make_tiny_bert(workdir / "tiny-bert")
+    make_workflow_data(workdir, 240)
     write_config(workdir, training={"batch_size": 8, "max_steps": 180, "epochs": 6, "eval_steps": 30,
                                     "log_steps": 1, "checkpoint_steps": 1000})
     cfg = yaml.safe_load((workdir / "test.yaml").read_text())

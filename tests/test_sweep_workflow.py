@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import make_corpus, make_senteval, make_tiny_bert, make_transfer
+from tests.helpers import make_workflow_data
 from tests.test_workflow import snakemake
 
 SWEEP, BASE, SEEDS = "tinylr", "simcse-tiny", [1, 2]
@@ -57,10 +57,7 @@ def planned(out: str) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def sweep_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    make_senteval(root / "data" / "senteval", n_extra=12)
-    make_transfer(root / "data" / "senteval")
-    make_corpus(root / "data" / "corpus.txt", 120)
-    make_tiny_bert(root / "tiny-bert")
+    make_workflow_data(root, 120)
     write_config(root, LRS)
     # before the sweep has run, what reads its winner waits for its report (and is planned again after)
     before = snakemake(root, "-n", "--cores", "2", "--", "results/table_protocols.csv", f"results/hub/sweeps/{SWEEP}.json")

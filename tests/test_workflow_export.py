@@ -10,7 +10,7 @@ import pytest
 
 from tests.hub_server import FakeHub
 from tests.test_workflow import snakemake, write_config
-from tests.helpers import make_corpus, make_senteval, make_tiny_bert, make_transfer
+from tests.helpers import make_workflow_data
 
 IDS = ["untrained-tiny", "simcse-tiny"]
 TOKEN = "hf_test_token_123"
@@ -29,10 +29,7 @@ def push(workdir, hub: FakeHub, token: str, repo_id: str, *args: str):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("wf-export")
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_corpus(workdir / "data" / "corpus.txt", 300)
-    make_tiny_bert(workdir / "tiny-bert")
+    make_workflow_data(workdir, 300)
     write_config(workdir, **PATCH)
     # the transfer table first: its results are then computed, and the MTEB files and the card carry them
     snakemake(workdir, "--cores", "2", "results/table_transfer.csv")
