@@ -271,10 +271,11 @@ def train_repeated(spec: dict, corpus: Path, work: Path, device: str, artifacts:
     step's loss, and the loss at fixed randomness before and after (a stage exports its model)."""
     import torch
 
+    from cselab.settings import ExperimentSpec
     from cselab.training.loop import Trainer, Window, set_seed
 
     set_seed(spec["seed"])
-    run = Trainer(spec, spec["training"], torch.device(device), work / spec["id"], None, None)
+    run = Trainer(ExperimentSpec.of(spec), torch.device(device), work / spec["id"], None, None)
     run.set_up(corpus, artifacts, work / "tokens")
     run.optimizer_and_schedule()
     run.process_group()

@@ -75,6 +75,7 @@ def measure(args: dict) -> dict:
     """One configuration, in this (fresh) process: set up the run, reset the peak, time the steps."""
     import torch
 
+    from cselab.settings import ExperimentSpec
     from cselab.training.loop import Trainer, Window
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -84,7 +85,7 @@ def measure(args: dict) -> dict:
             "options": {}, "auxiliaries": {}, "signature": args["method"], "seed": 42,
             "training": settings.training(batch_size=batch, max_len=32, epochs=1, max_steps=steps, eval_steps=None,
                                           chunk_size=chunk, precision=args["precision"])}
-    run = Trainer(spec, spec["training"], device, Path(args["out"]), None, None)
+    run = Trainer(ExperimentSpec.of(spec), device, Path(args["out"]), None, None)
     run.set_up(Path(args["corpus"]), None, None)
     run.optimizer_and_schedule()
     run.process_group()
