@@ -245,3 +245,7 @@ def test_snakemake_plans_the_smoke_sweep_and_the_cost_plan_prices_it(tmp_path):
     rows, _ = cost.plan(cfg, jobs, rc.load_rates(rc.rates_file("cpu-2core")), {"gpus": 0, "cores": 2, "mem_gb": 23})
     (priced,) = [r for r in rows if r["rule"] == "sweep"]
     assert priced["jobs"] == 1 and priced["job_hours"] > 0
+
+
+def test_a_null_grid_value_shows_as_null():
+    assert sweeps._ticks([None, float("nan"), 96.0, "sum"]) == ["null", "null", "96", "sum"]

@@ -246,7 +246,10 @@ def write(df, grid: dict[str, list], csv_path, md_path, png_path, title: str, no
 
 
 def _ticks(values: list) -> list[str]:
-    return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+    """Grid values as the table and the axes show them; a null value (``d0: null``, NaN once in a
+    DataFrame: a config refuses NaN itself) as the config spells it."""
+    return ["null" if v is None or (isinstance(v, float) and v != v) else f"{v:g}" if isinstance(v, float) else str(v)
+            for v in values]
 
 
 def draw(df, grid: dict[str, list], png_path, title: str) -> None:
