@@ -18,6 +18,7 @@ from typing import Any
 
 from cselab.errors import ConfigError
 from cselab.pipeline import outputs
+from cselab.settings.base import per_config
 from cselab.settings.spec import Component, ExperimentSpec
 from cselab.settings.training import OPERATIONAL, Training  # noqa: F401 (OPERATIONAL: the config layer's name for it)
 
@@ -193,23 +194,12 @@ def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
             "seed": entry.get("seed", cfg["seeds"][0])}  # a stage runs once per PLM: the first seed unless its own
 
 
-#: typed specs per validated config (by its id; the dict is held, so an id is not reused) and
-#: experiment id: the validated config is read-only (as for :func:`cselab.settings.typed_config`),
-#: and a plan asks for each experiment's spec once per table, figure and job that reads it
-_TYPED_SPECS: dict[int, tuple[dict, dict[str, ExperimentSpec]]] = {}
-
-
+# a plan asks for each experiment's spec once per table, figure and job that reads it: typed once
+# per validated config and experiment (read-only, as for :func:`cselab.settings.typed_config`)
+@per_config
 def typed_spec(cfg: dict, exp_id: str) -> ExperimentSpec:
     """:func:`experiment_spec`, typed; built once per validated config (frozen, so shared)."""
-    held = _TYPED_SPECS.get(id(cfg))
-    if held is None or held[0] is not cfg:
-        if len(_TYPED_SPECS) >= 16:
-            _TYPED_SPECS.pop(next(iter(_TYPED_SPECS)))
-        held = _TYPED_SPECS[id(cfg)] = (cfg, {})
-    spec = held[1].get(exp_id)
-    if spec is None:
-        spec = held[1][exp_id] = ExperimentSpec.from_dict(experiment_spec(cfg, exp_id))
-    return spec
+    return ExperimentSpec.from_dict(experiment_spec(cfg, exp_id))
 
 
 def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from them. Imports no torch (the workflow reads it when it plans)."""
 
 import dataclasses
 
-from cselab.settings.base import fill_defaults, from_dict, schema_of, to_plain
+from cselab.settings.base import fill_defaults, from_dict, per_config, schema_of, to_plain
 from cselab.settings.config import Config
 from cselab.settings.evaluation import Evaluation
 from cselab.settings.spec import Component, ExperimentSpec
@@ -26,23 +26,14 @@ def training_settings(d: dict) -> Training:
     return from_dict(Training, d, where="training")
 
 
-#: typed configs by the id of their validated dict (which holds the dict: an id is not reused)
-_TYPED: dict[int, tuple[dict, Config]] = {}
-
-
+@per_config
 def typed_config(cfg: dict) -> Config:
     """The validated config (:func:`cselab.pipeline.config.validate`) typed, cached per dict (the
     validated config is read-only). A plugin evaluation kind's ``evaluation.<kind>`` settings are
     left out: the kind reads them from the dict."""
-    cached = _TYPED.get(id(cfg))
-    if cached is None or cached[0] is not cfg:
-        known = {f.name for f in dataclasses.fields(Evaluation)}
-        evaluation = {k: v for k, v in cfg.get("evaluation", {}).items() if k in known}
-        cached = (cfg, from_dict(Config, {**cfg, "evaluation": evaluation}))
-        if len(_TYPED) >= 16:
-            _TYPED.pop(next(iter(_TYPED)))
-        _TYPED[id(cfg)] = cached
-    return cached[1]
+    known = {f.name for f in dataclasses.fields(Evaluation)}
+    evaluation = {k: v for k, v in cfg.get("evaluation", {}).items() if k in known}
+    return from_dict(Config, {**cfg, "evaluation": evaluation})
 
 
 def evaluation_settings(d: dict) -> Evaluation:

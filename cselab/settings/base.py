@@ -31,7 +31,7 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 from cselab.errors import ConfigError
 
@@ -271,3 +271,23 @@ def check_defaults(cls: type) -> None:
 
 __all__ = ["DEFS", "Overrides", "check_defaults", "default_of", "fields", "fill_defaults", "from_dict", "schema_of",
            "setting", "settings", "to_plain"]
+
+
+def per_config(fn: Callable) -> Callable:
+    """``fn(cfg, *args)`` cached per validated config dict and ``args``: a validated config is
+    read-only, and the cache holds the dict, so its ``id`` is not reused while cached (the 16
+    newest configs are kept). What it returns is shared: frozen, or only read."""
+    store: dict[int, tuple[dict, dict]] = {}
+
+    @functools.wraps(fn)
+    def cached(cfg: dict, *args):
+        held = store.get(id(cfg))
+        if held is None or held[0] is not cfg:
+            if len(store) >= 16:
+                store.pop(next(iter(store)))
+            held = store[id(cfg)] = (cfg, {})
+        if args not in held[1]:
+            held[1][args] = fn(cfg, *args)
+        return held[1][args]
+
+    return cached
