@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from cselab.errors import ConfigError, check_schema
-from cselab.pipeline.experiments import RENAMED_METHODS, TABLE_ENTRY, UNTRAINED, merge_experiment
+from cselab.pipeline.experiments import RENAMED_METHODS, UNTRAINED, entry_sweep, merge_experiment
 from cselab.settings.spec import ExperimentSpec
 
 
@@ -48,9 +48,9 @@ def check_table_reports(cfg: dict) -> None:
 def named_sweep(cfg: dict, entry, where: str) -> str | None:
     """The sweep an experiment entry names (``sweep:<s>``: its winner, resolved through the sweep's
     report when the workflow plans), or None for another entry; an unknown sweep is an error naming ``where``."""
-    if not (isinstance(entry, str) and entry.startswith(TABLE_ENTRY)):
+    name, sweeps = entry_sweep(entry), cfg.get("sweeps") or {}
+    if name is None:
         return None
-    name, sweeps = entry[len(TABLE_ENTRY):], cfg.get("sweeps") or {}
     if name not in sweeps:
         raise ConfigError(f"config key '{where}': unknown sweep {name!r} in {entry!r}; defined under 'sweeps': "
                           f"{', '.join(sorted(sweeps)) or 'none'}")

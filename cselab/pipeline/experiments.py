@@ -26,6 +26,11 @@ from cselab.settings.training import OPERATIONAL, Training  # noqa: F401 (OPERAT
 #: sweep's winner: ``sweep:<name>``
 TABLE_ENTRY = "sweep:"
 
+
+def entry_sweep(entry) -> str | None:
+    """The sweep an experiment entry names (``sweep:<s>``: its winner), or None for an experiment."""
+    return entry[len(TABLE_ENTRY):] if isinstance(entry, str) and entry.startswith(TABLE_ENTRY) else None
+
 UNTRAINED = "untrained"
 
 _SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")

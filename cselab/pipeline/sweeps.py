@@ -38,7 +38,7 @@ from importlib import resources
 
 from cselab.errors import ConfigError, check_schema
 from cselab.pipeline import checks
-from cselab.pipeline.experiments import TABLE_ENTRY, UNTRAINED, _comparable, merge_experiment, seeds_of
+from cselab.pipeline.experiments import TABLE_ENTRY, UNTRAINED, entry_sweep, _comparable, merge_experiment, seeds_of
 
 #: a value as it appears in a point's name (a wildcard of rules/common.smk's ``exp``)
 _VALUE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -104,13 +104,13 @@ def take_table_entries(cfg: dict) -> None:
         if table["kind"] == "methods" or not table.get("experiments"):
             continue
         for i, entry in enumerate(table["experiments"]):
-            if isinstance(entry, str) and entry.startswith(TABLE_ENTRY):
-                name = entry[len(TABLE_ENTRY):]
+            name = entry_sweep(entry)
+            if name is not None:
                 if name not in sweeps:
                     raise ConfigError(f"config key 'tables.{tname}.experiments[{i}]': unknown sweep {name!r}; "
                                       f"defined under 'sweeps': {', '.join(sorted(sweeps)) or 'none'}")
                 sweeps[name]["rows"][tname] = i
-        table["experiments"] = [e for e in table["experiments"] if not str(e).startswith(TABLE_ENTRY)]
+        table["experiments"] = [e for e in table["experiments"] if entry_sweep(e) is None]
 
 
 def _list_in_tables(cfg: dict, sweeps: dict) -> None:

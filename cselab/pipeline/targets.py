@@ -10,7 +10,7 @@ from typing import Callable
 
 from cselab.pipeline import outputs
 from cselab.pipeline.config import experiment_ids, full_options, is_trained
-from cselab.pipeline.experiments import typed_spec
+from cselab.pipeline.experiments import entry_sweep, typed_spec
 from cselab.reporting.kinds import figure_kinds
 from cselab.reporting.tables import EXTRA_COLUMNS, TABLE_KINDS, kind_columns
 from cselab.settings import Training, typed_config
@@ -33,13 +33,6 @@ def table_sweeps(cfg: dict, name: str) -> list[str]:
     sweeps = typed_config(cfg).sweeps
     mine = [s for s, sweep in sweeps.items() if name in (sweep.rows or {})]
     return sorted(mine, key=lambda s: sweeps[s].rows[name])
-
-
-def entry_sweep(entry: str) -> str | None:
-    """The sweep an experiment entry names (``sweep:<s>``: its winner), or None for an experiment."""
-    from cselab.pipeline.experiments import TABLE_ENTRY
-
-    return entry[len(TABLE_ENTRY):] if isinstance(entry, str) and entry.startswith(TABLE_ENTRY) else None
 
 
 def resolve_entries(entries, winners: Winners | None = None) -> list[str]:
