@@ -4,12 +4,19 @@
     snakemake --cores 2 --configfile configs/smoke.yaml results/table1.csv   # CPU smoke run
 """
 
+import sys
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+sys.path.insert(0, workflow.basedir)  # the library, also where it is not installed
+
+from cselab.pipeline.config import libyaml_configfiles
 
 
-configfile: f"{workflow.basedir}/config.yaml"
+with libyaml_configfiles():  # the same config, parsed by libyaml: 0.15 s less in every dry run
+
+    configfile: f"{workflow.basedir}/config.yaml"
 
 
 report: "report/workflow.rst"
