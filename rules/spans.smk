@@ -8,8 +8,9 @@
 
 from cselab.data.span_shards import shard_names
 from cselab.data.spans import segmentation_settings
+from cselab.settings import spans_settings
 
-SPAN_SHARDS = cfg_call(lambda cfg: shard_names(typed_config(cfg).spans.shards))
+SPAN_SHARDS = shard_names(spans_settings(SPANS).shards)
 
 
 rule segment_shard:
