@@ -9,7 +9,7 @@ import sys
 from snakemake.utils import min_version
 
 min_version("9.0")
-sys.path.insert(0, workflow.basedir)  # the library, also where it is not installed
+sys.path.insert(0, workflow.basedir)  # the library (cselab/), also where it is not installed
 
 from cselab.pipeline.config import libyaml_configfiles
 

@@ -10,7 +10,8 @@ import sys
 import time
 import uuid
 
-sys.path.insert(0, workflow.basedir)  # scripts find the library via workflow_scripts/cselab_path.py
+# the library is importable (the Snakefile puts workflow.basedir first on sys.path); the scripts
+# find it via workflow_scripts/cselab_path.py
 
 from snakemake.exceptions import WorkflowError
 
