@@ -20,16 +20,25 @@ from collections.abc import Mapping, Sequence
 # keywords that only annotate (2020-12 does not assert "format" without a format checker)
 _ANNOTATIONS = frozenset({"$schema", "$comment", "$defs", "title", "description", "default", "examples",
                           "deprecated", "readOnly", "writeOnly", "format"})
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def conforms(instance, schema, root=None) -> bool | None:
-    """Whether ``instance`` conforms to ``schema`` (``root`` holds the ``$defs`` that ``$ref`` names):
-    True or False as jsonschema would say, None where this subset cannot tell."""
+def conforms(instance, schema) -> bool | None:
+    """Whether ``instance`` conforms to ``schema``: True or False as jsonschema would say, None
+    where this subset cannot tell (also a ``$ref`` cycle, or a value the subset's comparisons
+    cannot handle: jsonschema then decides, and words its own error)."""
+    try:
+        return _conforms(instance, schema, schema)
+    except (RecursionError, TypeError, ValueError, re.error):
+        return None
+
+
+def _conforms(instance, schema, root) -> bool | None:
+    """:func:`conforms` of a subschema; ``root`` holds the ``$defs`` that ``$ref`` names."""
     if schema is True or schema is False:
         return schema
-    if not isinstance(schema, dict):
-        return None
-    root = schema if root is None else root
+    if not isinstance(schema, dict) or "$id" in schema or str(schema.get("$schema", _DRAFT)).rstrip("#") != _DRAFT:
+        return None  # another base for $ref, or another draft's rules
     verdict = True
     for keyword, value in schema.items():
         check = _KEYWORDS.get(keyword)
@@ -79,7 +88,7 @@ def _is_type(instance, name: str) -> bool | None:
 def _type(instance, value, schema, root):
     names = value if isinstance(value, list) else [value]
     results = [_is_type(instance, name) for name in names]
-    return True if True in results else (None if None in results else False)
+    return None if None in results else True in results  # an unknown type name: jsonschema raises
 
 
 def _number(instance) -> bool:
@@ -113,7 +122,7 @@ def _unique(instance, value, schema, root):
 def _properties(instance, value, schema, root):
     if not isinstance(instance, dict):
         return True
-    return _all(conforms(instance[key], sub, root) for key, sub in value.items() if key in instance)
+    return _all(_conforms(instance[key], sub, root) for key, sub in value.items() if key in instance)
 
 
 def _additional(instance, value, schema, root):
@@ -123,14 +132,14 @@ def _additional(instance, value, schema, root):
     patterns = "|".join(schema.get("patternProperties", {}))
     extras = [key for key in instance if key not in known and not (patterns and re.search(patterns, key))]
     if isinstance(value, dict):
-        return _all(conforms(instance[key], value, root) for key in extras)
+        return _all(_conforms(instance[key], value, root) for key in extras)
     return bool(value) or not extras
 
 
 def _pattern_properties(instance, value, schema, root):
     if not isinstance(instance, dict):
         return True
-    return _all(conforms(item, sub, root) for pattern, sub in value.items()
+    return _all(_conforms(item, sub, root) for pattern, sub in value.items()
                 for key, item in instance.items() if re.search(pattern, key))
 
 
@@ -139,33 +148,39 @@ def _items(instance, value, schema, root):
         return True
     if "prefixItems" in schema:
         return None
-    return _all(conforms(item, value, root) for item in instance)
+    return _all(_conforms(item, value, root) for item in instance)
 
 
 def _ref(instance, value, schema, root):
-    if not isinstance(value, str) or not value.startswith("#"):
+    """A JSON pointer into the root (``#`` or ``#/...``); an anchor, a percent-encoded pointer or
+    another document is jsonschema's to resolve."""
+    if value == "#":
+        parts = []
+    elif isinstance(value, str) and value.startswith("#/") and "%" not in value:
+        parts = value[2:].split("/")
+    else:
         return None
     target = root
-    for part in filter(None, value[1:].split("/")):
+    for part in parts:
         part = part.replace("~1", "/").replace("~0", "~")
         if not isinstance(target, dict) or part not in target:
             return None
         target = target[part]
-    return conforms(instance, target, root)
+    return _conforms(instance, target, root)
 
 
 def _not(instance, value, schema, root):
-    result = conforms(instance, value, root)
+    result = _conforms(instance, value, root)
     return None if result is None else not result
 
 
 def _any_of(instance, value, schema, root):
-    results = [conforms(instance, sub, root) for sub in value]
+    results = [_conforms(instance, sub, root) for sub in value]
     return True if True in results else (None if None in results else False)
 
 
 def _one_of(instance, value, schema, root):
-    results = [conforms(instance, sub, root) for sub in value]
+    results = [_conforms(instance, sub, root) for sub in value]
     return None if None in results else results.count(True) == 1
 
 
@@ -199,10 +214,10 @@ _KEYWORDS = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional,
     "propertyNames": lambda instance, value, schema, root: (
-        not isinstance(instance, dict) or _all(conforms(key, value, root) for key in instance)),
+        not isinstance(instance, dict) or _all(_conforms(key, value, root) for key in instance)),
     "$ref": _ref,
     "not": _not,
-    "allOf": lambda instance, value, schema, root: _all(conforms(instance, sub, root) for sub in value),
+    "allOf": lambda instance, value, schema, root: _all(_conforms(instance, sub, root) for sub in value),
     "anyOf": _any_of,
     "oneOf": _one_of,
 }

@@ -122,6 +122,18 @@ def test_method_option_schemas_agree_with_jsonschema():
     (3, {"if": {"minimum": 0}, "then": {"maximum": 1}}, None),  # a keyword the subset does not know
     ([1, 1], {"uniqueItems": True}, None),                        # jsonschema's own search decides
     (1, {"$ref": "other.json#/x"}, None),
+    # found by review: each once gave True where jsonschema rejects or raises
+    ({"a": 1.0}, {"properties": {"a": {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}}},
+     None),                                                       # another draft's rules
+    ({"a": 5}, {"not": {"properties": {"a": {"$ref": "#/$defs/y", "$id": "http://ex/a",
+                                             "$defs": {"y": {"type": "integer"}}}}},
+                "$defs": {"y": {"type": "string"}}}, None),      # $id: another base for $ref
+    ("x", {"items": {"type": "string"}, "$ref": "#items",
+           "$defs": {"a": {"$anchor": "items", "type": "integer"}}}, None),  # an anchor, not a pointer
+    (5, {"$defs": {"x": {"type": "integer"}, "": {"x": {"type": "string"}}}, "$ref": "#/$defs//x"}, False),
+    ("s", {"$defs": {"a b": {"type": "integer"}, "a%20b": {"type": "string"}}, "$ref": "#/$defs/a%20b"}, None),
+    ("x", {"type": ["foo", "string"]}, None),                   # an unknown type: jsonschema raises
+    ("x", {"anyOf": [{"type": "string"}, {"$ref": "#"}]}, None),  # a $ref cycle
 ])
 def test_keywords(instance, schema, expected):
     assert conforms(instance, schema) is expected
