@@ -1,8 +1,19 @@
 import os
 
-import pytest
+# Parallel workers (`-n 2`) each get their share of the cores for torch's intra-op threads, set
+# before anything imports torch: two workers that each spin OpenMP threads on every core slow
+# each other down by up to 6x (the GPU acceptance test at tiny size: 54 s alone, 336 s beside a
+# second copy with the default threads, 71 s with one thread each). Workflow jobs still set their
+# own threads from their rules' `threads` (cselab.pipeline.jobs.set_threads).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _SHARE = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, _SHARE)
 
-from tests.helpers import LoopbackServer, make_tiny_bert
+import pytest  # noqa: E402
+
+from tests.helpers import LoopbackServer, make_tiny_bert  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
