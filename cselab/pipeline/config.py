@@ -48,11 +48,14 @@ def libyaml_configfiles():
     import yaml
     from snakemake.common import configfile as snakemake_configfile
 
-    original = snakemake_configfile._load_configfile
+    original = getattr(snakemake_configfile, "_load_configfile", None)
     loader = getattr(yaml, "CSafeLoader", None)
+    if original is None or loader is None:  # another Snakemake's internals, or no libyaml: its own reader
+        yield
+        return
 
     def load(path, filetype="Config"):
-        if loader is None or not isinstance(path, (str, Path)) or not str(path).endswith((".yaml", ".yml")):
+        if not isinstance(path, (str, Path)) or not str(path).endswith((".yaml", ".yml")):
             return original(path, filetype)
         try:
             with open(path, encoding="utf-8") as fh:
