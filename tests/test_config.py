@@ -3,6 +3,8 @@
 import copy
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -370,3 +372,37 @@ def test_libyaml_configfiles_read_what_snakemake_reads(tmp_path):
         with pytest.raises(WorkflowError, match="not valid JSON or YAML"):
             smk.load_configfile(str(broken))
     assert smk._load_configfile is original
+
+
+# -- the Snakefile's exit (skip_collection_at_exit) -----------------------------------------------
+
+def test_skip_collection_at_exit_loses_no_output_nor_status(tmp_path):
+    """The process still exits with its status, its buffered output and its log file complete."""
+    script = tmp_path / "exiting.py"
+    log = tmp_path / "run.log"
+    script.write_text(
+        "import gc, logging, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from cselab.pipeline.config import skip_collection_at_exit\n"
+        "skip_collection_at_exit()\n"
+        f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
+        "logging.info('logged %d', 1)\n"
+        "sys.stdout.write('x' * 100000)\n"  # left in the buffer at exit
+        "cycle = []; cycle.append(cycle)\n"
+        "sys.exit(3)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "x" * 100000 and not done.stderr
+    assert log.read_text() == "INFO:root:logged 1\n"
+
+
+def test_skip_collection_at_exit_freezes_after_exit_handlers_registered_before_it(tmp_path):
+    script = tmp_path / "order.py"
+    script.write_text(
+        "import atexit, gc, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from cselab.pipeline.config import skip_collection_at_exit\n"
+        "atexit.register(lambda: print('earlier handler, frozen:', gc.get_freeze_count() > 0))\n"
+        "skip_collection_at_exit()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    assert done.stdout == "earlier handler, frozen: True\n"
