@@ -85,6 +85,7 @@ def skip_collection_at_exit() -> None:
     import atexit
     import gc
 
+    atexit.unregister(gc.freeze)  # once, however often a process reads the Snakefile
     atexit.register(gc.freeze)
 
 
