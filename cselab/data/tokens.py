@@ -80,10 +80,16 @@ def host_max(values: torch.Tensor) -> int:
 def to_device(batch: dict[str, torch.Tensor], device: torch.device | str) -> dict[str, torch.Tensor]:
     """Move a CPU batch to ``device``; to CUDA through pinned memory with a non-blocking copy
     (the host goes on building the next step while the copy runs)."""
+    return {k: tensor_to_device(v, device) for k, v in batch.items()}
+
+
+def tensor_to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """One tensor to ``device`` without making the host wait: a CPU tensor goes to CUDA through
+    pinned memory with a non-blocking copy (a pageable copy waits for the device)."""
     device = torch.device(device)
-    if device.type != "cuda":
-        return {k: v.to(device) for k, v in batch.items()}
-    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cselab.data.tokens import tensor_to_device
 from cselab.models.heads import init_linear
 from cselab.models.masks import extended_mask, model_mask, sync_free
 from cselab.training.losses import fp32
@@ -42,7 +43,7 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: flo
     candidates = attention_mask.bool() & ~special
 
     def uniform():
-        return torch.rand(input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
+        return tensor_to_device(torch.rand(input_ids.shape, generator=generator, device="cpu"), input_ids.device)
 
     draw = uniform()
     if word_starts is not None:  # every sub-token takes its word's first token's draw
@@ -53,7 +54,8 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: flo
     masked = torch.where(selected & (draw < 0.8), tokenizer.mask_token_id, input_ids)
     random_pos = selected & (draw >= 0.8) & (draw < 0.9)
     vocab = len(tokenizer)
-    random_ids = torch.randint(vocab, input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
+    random_ids = tensor_to_device(torch.randint(vocab, input_ids.shape, generator=generator, device="cpu"),
+                                  input_ids.device)
     return torch.where(random_pos, random_ids, masked), labels  # torch.where: no device sync (unlike x[mask] = v)
 
 
@@ -91,7 +93,7 @@ def word_start_table(tokenizer) -> torch.Tensor:
 def _word_start_positions(input_ids: torch.Tensor, candidates: torch.Tensor, word_starts: torch.Tensor):
     """For each position, the position of the first token of its word (a candidate token that
     begins a word, or follows a non-candidate, starts one)."""
-    begins = word_starts.to(input_ids.device)[input_ids.clamp(max=len(word_starts) - 1)]
+    begins = tensor_to_device(word_starts, input_ids.device)[input_ids.clamp(max=len(word_starts) - 1)]
     after_other = torch.ones_like(candidates)
     after_other[:, 1:] = ~candidates[:, :-1]
     start = candidates & (begins | after_other) | ~candidates
