@@ -113,7 +113,7 @@ wildcard_constraints:
     figure="|".join(CFG.get("figures", {})) or "no-figures",
     sweep="|".join(CFG.get("sweeps") or {}) or "no-sweeps",
     strategy="adjacent|overlapping|subsuming",
-    fraction="0\.[0-9]+",
+    fraction=r"0\.[0-9]+",
 
 
 def cfg_call(fn, *args, **kwargs):

@@ -30,11 +30,8 @@ for _kind in EVAL.kinds():
             **EVAL.rule_resources(_kind, CFG),
         conda:
             "../envs/evaluate.yaml"
-        # the script's line at a top-level rule's column: Snakemake records that line as the rule's
-        # code in each result's metadata, and a changed line would rerun every evaluation
         script:
-            \
-        "../workflow_scripts/evaluate.py"
+            "../workflow_scripts/evaluate.py"
 
 
 # BEIR datasets that share a corpus (evaluation.beir.shared_corpora: FEVER and Climate-FEVER): one
