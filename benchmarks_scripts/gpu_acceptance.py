@@ -95,8 +95,9 @@ def spec_for(name: str, case: tuple, model_dir: Path, generator: Path, batch: in
         return {k: str(generator) if v == GEN else v for k, v in opts.items()}
 
     auxiliaries = {k: {**a, "options": gen(a["options"])} for k, a in auxiliaries.items()}
-    t = settings.training(batch_size=batch, max_len=32, epochs=steps, max_steps=steps, lr=lr, eval_steps=None,
-                          log_steps=1, warmup_steps=0, precision=precision, **{**overrides, **training})
+    t = settings.training(**{"batch_size": batch, "max_len": 32, "epochs": steps, "max_steps": steps, "lr": lr,
+                             "eval_steps": None, "log_steps": 1, "warmup_steps": 0, "precision": precision,
+                             **overrides, **training})
     return {"id": f"{name}-{precision}-b{batch}", "name": name, "plm": "bench", "model": str(model_dir),
             "method": objective, "objective": objective, "weight": 1.0, "options": gen(options),
             "auxiliaries": auxiliaries, "signature": name, "seed": 42, "training": t}
@@ -105,19 +106,22 @@ def spec_for(name: str, case: tuple, model_dir: Path, generator: Path, batch: in
 class Report:
     """The rows of the run; ``check`` rows say ok / FAILED."""
 
-    def __init__(self, device_name: str):
+    def __init__(self, device_name: str, out: Path, command: str):
         self.rows: list[dict] = []
-        self.device_name = device_name
+        self.device_name, self.out, self.command = device_name, out, command
         self.failed = 0
 
     def add(self, section: str, name: str, ok: bool | None, **values) -> None:
+        """Record a row and write the report at once: a run cut short keeps every row it made."""
         status = "-" if ok is None else "ok" if ok else "FAILED"
         self.failed += ok is False
         row = {"section": section, "name": name, "status": status, **values}
         self.rows.append(row)
         print(row, flush=True)
+        self.write()
 
-    def write(self, out: Path, command: str) -> None:
+    def write(self) -> None:
+        out, command = self.out, self.command
         out.mkdir(parents=True, exist_ok=True)
         fields = list(dict.fromkeys(k for r in self.rows for k in r))
         with open(out / "acceptance.csv", "w", newline="") as fh:
@@ -366,15 +370,17 @@ def check_sts(report: Report, args, model_dir: Path) -> None:
 
     root = args.senteval / "downstream" if (args.senteval / "downstream").is_dir() else args.senteval
     scores = {}
-    for device in dict.fromkeys((args.device, "cpu")):
+    for device in dict.fromkeys((args.device, "cpu") if args.sts_compare else (args.device,)):
         encoder = load_encoder(model_dir).to(device)
-        tic = time.perf_counter()
-        scores[device] = evaluate_sts(partial(encoder.encode, batch_size=128, max_tokens=16384), root)["avg"]
-        seconds = time.perf_counter() - tic
-        if device == args.device:
-            report.add("sts", f"7-task STS on {device}", None, seconds=seconds, avg=scores[device])
-    diff = abs(scores[args.device] - scores["cpu"])
-    report.add("sts", f"{args.device} vs cpu", diff <= 0.02, diff=diff, tolerance=0.02)
+        for run in range(args.sts_repeats if device == args.device else 1):  # the first pays the warm-up
+            tic = time.perf_counter()
+            scores[device] = evaluate_sts(partial(encoder.encode, batch_size=128, max_tokens=16384), root)["avg"]
+            seconds = time.perf_counter() - tic
+            if device == args.device:
+                report.add("sts", f"7-task STS on {device}, run {run + 1}", None, seconds=seconds, avg=scores[device])
+    if args.sts_compare:
+        diff = abs(scores[args.device] - scores["cpu"])
+        report.add("sts", f"{args.device} vs cpu", diff <= 0.02, diff=diff, tolerance=0.02)
 
 
 def check_distributed(report: Report, args, model_dir: Path, generator: Path, lines: list[str], work: Path) -> None:
@@ -423,15 +429,26 @@ def pipeline_speed(spec: dict, corpus: Path, work: Path, device: str) -> dict:
     return out
 
 
-def speed_cases(args) -> list[tuple[str, str, int, dict, bool]]:
+def speed_corpus(lines: list[str], batch: int, steps: int, work: Path) -> Path:
+    """``steps`` batches of the sentences, repeated as needed (a fresh sentence every row)."""
+    needed = steps * batch
+    corpus = work / f"speed-{batch}-{steps}.txt"
+    corpus.write_text("\n".join((lines * (needed // max(1, len(lines)) + 1))[:needed]) + "\n")
+    return corpus
+
+
+def speed_cases(args, keys: list[str] | None = None) -> list[tuple[str, str, int, dict, bool]]:
     """(label, case name, batch, training overrides, with a plain loop beside it)."""
     from cselab.training.methods.paradigm import LOSSES
 
     small, large = args.batch_sizes[0], args.batch_sizes[-1]
+    eager = {"compile": False}
+    # the unlabelled rows run config.yaml's defaults (compile: auto), the others name their mode
     rows = [("simcse", "simcse", small, {}, True), ("compcse", "compcse-avg", small, {}, True),
-            ("simcse", "simcse", large, {}, True)]
+            ("simcse", "simcse", large, {}, True), ("simcse eager", "simcse", small, eager, True),
+            ("compcse eager", "compcse-avg", small, eager, True), ("simcse eager", "simcse", large, eager, True)]
     if args.device == "cuda":  # the other modes of docs/speed.md, each beside the plain loop
-        rows += [("simcse padded", "simcse", small, {"unpadded": False}, True),
+        rows += [("simcse padded", "simcse", small, {"unpadded": False, **eager}, True),
                  ("simcse compiled", "simcse", small, {"compile": True}, True),
                  ("simcse cudagraphs", "simcse", small, {"compile": "reduce-overhead"}, True)]
     for name, case in method_cases(LOSSES).items():
@@ -439,11 +456,16 @@ def speed_cases(args) -> list[tuple[str, str, int, dict, bool]]:
             batch = case[3] if args.device == "cuda" else min(case[3], small)
             rows.append((name, name, batch, {"chunk_size": None}, False))
     for batch, chunk in ((64, 16), (1024, 128)) if args.device == "cuda" else ((small, small // 4), (large, large // 8)):
-        rows += [(f"simcse unchunked b{batch}", "simcse", batch, {"chunk_size": None}, False),
+        # gradient caching runs eager (compile: auto leaves it eager), so its baseline does too
+        rows += [(f"simcse unchunked b{batch}", "simcse", batch, {"chunk_size": None, **eager}, False),
                  (f"simcse chunk {chunk} b{batch}", "simcse", batch, {"chunk_size": chunk}, False)]
-    if args.speed_cases:
+    keys = keys or (args.speed_cases.split(",") if args.speed_cases else None)
+    if keys:
         by_key = {f"{r[0].replace(' ', '_')}@{r[2]}": r for r in rows}
-        rows = [by_key[k] for k in args.speed_cases.split(",") if k in by_key]  # in the order asked
+        unknown = [k for k in keys if k not in by_key]
+        if unknown:
+            raise SystemExit(f"unknown speed case(s) {unknown}; known: {sorted(by_key)}")
+        rows = [by_key[k] for k in keys]  # in the order asked
     return rows
 
 
@@ -455,12 +477,11 @@ def check_speed(report: Report, args, model_dir: Path, generator: Path, lines: l
     for label, name, batch, overrides, plain in speed_cases(args):
         if name == "infocse-stage2" or name == "infocse-stage1":
             overrides = {**overrides, "chunk_size": None} if batch <= 128 else overrides
-        needed = args.speed_steps * batch
-        corpus_lines = (lines * (needed // max(1, len(lines)) + 1))[:needed]
-        corpus = work / f"speed-{batch}.txt"
-        corpus.write_text("\n".join(corpus_lines) + "\n")
+        corpus = speed_corpus(lines, batch, args.speed_steps, work)
+        corpus_lines = corpus.read_text().splitlines()
         spec = spec_for(name, cases[name], model_dir, generator, batch, args.speed_steps, precision, lr=3e-5,
-                        peak_tflops=args.peak_tflops if args.device == "cuda" else None, **overrides)
+                        peak_tflops=args.peak_tflops if args.device == "cuda" else None,
+                        log_steps=args.log_steps, **overrides)
         spec["id"] += f"-{label.replace(' ', '_')}"
         if name == "infocse-stage2":
             report.add("speed", label, None, batch=batch, note="timed as stage 2 without stage 1 weights")
@@ -480,6 +501,73 @@ def check_speed(report: Report, args, model_dir: Path, generator: Path, lines: l
         report.add("speed", label, None, batch=batch, precision=precision, **median, **extra)
 
 
+def profile_case(spec: dict, corpus: Path, work: Path, device: str, skip: int, active: int) -> dict:
+    """The shared loop under PyTorch's profiler for ``active`` steps after ``skip``: the device's
+    busy share of those steps' wall time (kernel time summed over wall time), the step time and
+    the top kernels by device time (``table``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from cselab.training.loop import Trainer
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    prof = profile(activities=activities, schedule=schedule(wait=skip - 1, warmup=1, active=active, repeat=1))
+    step, seen, clock = Trainer.step, [0], {}
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def profiled(self, *args, **kwargs):
+        if seen[0] == skip:
+            sync()
+            clock["start"] = time.perf_counter()
+        out = step(self, *args, **kwargs)
+        seen[0] += 1
+        if seen[0] == skip + active:
+            sync()
+            clock["end"] = time.perf_counter()
+        prof.step()
+        return out
+
+    Trainer.step = profiled
+    try:
+        with prof:
+            train_case(spec, corpus, work, device)
+    finally:
+        Trainer.step = step
+    events = prof.key_averages()
+    attr = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    wall = clock["end"] - clock["start"]
+    out = {"step_ms": 1e3 * wall / active, "table": events.table(sort_by=attr, row_limit=15)}
+    if device == "cuda":  # the kernels' busy time (their intervals' union) over the steps' wall time
+        kernels = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                         if e.device_type == torch.autograd.DeviceType.CUDA)
+        busy, end = 0.0, -math.inf
+        for start, stop in kernels:
+            busy += max(0.0, stop - max(start, end))
+            end = max(end, stop)
+        out.update(device_busy=busy / 1e6 / wall, kernels_per_step=len(kernels) / active,
+                   kernel_ms_per_step=busy / 1e3 / active)
+    return out
+
+
+def check_profile(report: Report, args, model_dir: Path, generator: Path, lines: list[str], work: Path) -> None:
+    """``--profile-cases`` (label@batch of the speed cases) profiled: where a step's time goes."""
+    cases = method_cases(())
+    precision = "bf16" if args.device == "cuda" else "fp32"
+    wanted = args.profile_cases.split(",")
+    for label, name, batch, overrides, _ in speed_cases(args, keys=wanted):
+        steps, skip, active = args.speed_steps, max(2, args.speed_steps // 2), max(1, args.speed_steps // 4)
+        corpus = speed_corpus(lines, batch, steps, work)
+        spec = spec_for(name, cases[name], model_dir, generator, batch, steps, precision, lr=3e-5,
+                        log_steps=args.log_steps, **overrides)
+        spec["id"] += f"-profile-{label.replace(' ', '_')}"
+        res = profile_case(spec, corpus, work, args.device, skip, active)
+        (args.out / f"profile-{label.replace(' ', '_')}-b{batch}.txt").write_text(res.pop("table") + "\n")
+        report.add("profile", label, None, batch=batch, precision=precision, **res)
+
+
 # -- the run ----------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -490,7 +578,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, help="sentences to train on (default: generated)")
     ap.add_argument("--senteval", type=Path, help="SentEval data: the STS check needs it")
     ap.add_argument("--steps", type=int, default=30, help="steps of each method's training check")
-    ap.add_argument("--speed-steps", type=int, default=20)
+    ap.add_argument("--speed-steps", type=int, default=30)
+    ap.add_argument("--log-steps", type=int, default=5, help="the timed runs' logging window (the first two "
+                    "windows are warm-up, the rest timed; config.yaml logs every 10)")
+    ap.add_argument("--sts-repeats", type=int, default=1, help="timed STS evaluations on the device")
+    ap.add_argument("--no-sts-compare", dest="sts_compare", action="store_false",
+                    help="time the device's STS evaluation only (no CPU evaluation beside it)")
+    ap.add_argument("--profile-cases", default="simcse@64", help="the profiled cases, as --speed-cases")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch-sizes", default="64,512", help="the timed SimCSE batch sizes (CompCSE: the first)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100 SXM: 989)")
@@ -505,17 +599,19 @@ def main(argv: list[str] | None = None) -> int:
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name() if args.device == "cuda" else f"cpu x{torch.get_num_threads()}"
-    report = Report(f"{name}, torch {torch.__version__}, {args.size} BERT")
+    given = argv if argv is not None else sys.argv[1:]
+    command = " ".join(["python", "benchmarks_scripts/gpu_acceptance.py", *given])
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = Report(f"{name}, torch {torch.__version__}, {args.size} BERT", args.out, command)
     work = Path(tempfile.mkdtemp(prefix="cselab-acceptance-"))
     model_dir, generator, lines = prepare(args, work)
     sections = args.sections.split(",")
-    given = argv if argv is not None else sys.argv[1:]
-    command = " ".join(["python", "benchmarks_scripts/gpu_acceptance.py", *given])
     checks = {"train": lambda: check_training(report, args, model_dir, generator, lines, work),
               "layouts": lambda: check_layouts(report, args, model_dir, lines),
               "sts": lambda: check_sts(report, args, model_dir) if args.senteval else None,
               "distributed": lambda: check_distributed(report, args, model_dir, generator, lines, work),
-              "speed": lambda: check_speed(report, args, model_dir, generator, lines, work)}
+              "speed": lambda: check_speed(report, args, model_dir, generator, lines, work),
+              "profile": lambda: check_profile(report, args, model_dir, generator, lines, work)}
     for section in sections:
         try:
             checks[section]()
@@ -524,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
             report.add(section, "section raised", False, error=f"{type(exc).__name__}: {exc}"[:300])
-        report.write(args.out, command)  # after every section: a run cut short keeps what it measured
+    report.write()
     print(f"wrote {args.out / 'acceptance.csv'}; {report.failed} check(s) failed")
     return 1 if report.failed else 0
 

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/speed.md in short stages, each a device call of at most ~5 minutes
+# that writes every row under $OUT the moment it is measured (a call cut short keeps its rows).
+# On the GPU machine (shared/gpu/README.md; carry .device):
+#   source .device/setup.sh && bash benchmarks_scripts/gpu_session.sh 1     # then 2, 3; 4 re-checks after tuning
+# Rehearsed on the CPU at tiny size with the same stages:
+#   OUT=/tmp/out SIZE=tiny DEVICE=cpu bash benchmarks_scripts/gpu_session.sh 1
+set -uo pipefail
+stage=${1:?stage 1, 2, 3 or 4}
+OUT=${OUT:?set OUT}
+SIZE=${SIZE:-base}
+DEVICE=${DEVICE:-cuda}
+data=${DATA:-../shared/data}
+export OUT SIZE DEVICE TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
+if ! python -c "import torch" 2>/dev/null; then  # a link to a virtual environment's python3 loses the environment
+    mkdir -p /tmp/bin && rm -f /tmp/bin/python
+    printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
+    export PATH="/tmp/bin:$PATH"
+fi
+acc=(python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size "$SIZE" --corpus "$data/wiki1m_head.txt")
+if [ "$DEVICE" = cuda ]; then small=64; large=512; chunks=(64 16 1024 128); else small=16; large=32; chunks=(16 4 32 4); fi
+case "$stage" in
+1)  # the machine, the CUDA correctness tests, the three headline speed cases
+    { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+      python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } \
+        | tee "$OUT/machine.txt"
+    if [ "$DEVICE" = cuda ]; then
+        timeout 150 python -m pytest -m gpu -n 0 -q -p no:cacheprovider tests/test_gpu.py tests/test_keyed_kernel.py \
+            > "$OUT/pytest_gpu.log" 2>&1
+        echo "pytest -m gpu: exit $?"; tail -3 "$OUT/pytest_gpu.log"
+    fi
+    timeout 150 "${acc[@]}" --sections speed --rounds 2 --out "$OUT/speed1" \
+        --batch-sizes "$small,$large" --speed-cases "simcse@$small,compcse@$small,simcse@$large"
+    ;;
+2)  # the other modes and methods, gradient caching, the STS evaluation's time
+    c=(); [ "$DEVICE" = cuda ] && c=("simcse_compiled@$small" "simcse_cudagraphs@$small" "simcse_padded@$small")
+    c+=("simcse_unchunked_b${chunks[0]}@${chunks[0]}" "simcse_chunk_${chunks[1]}_b${chunks[0]}@${chunks[0]}"
+        "simcse_unchunked_b${chunks[2]}@${chunks[2]}" "simcse_chunk_${chunks[3]}_b${chunks[2]}@${chunks[2]}")
+    c+=("diffcse@$small" "infocse-stage2@$small")
+    timeout 200 "${acc[@]}" --sections speed --rounds 1 --out "$OUT/speed2" --batch-sizes "$small,$large" \
+        --speed-cases "$(IFS=,; echo "${c[*]}")"
+    timeout 60 "${acc[@]}" --sections sts,profile --senteval "$data/senteval" --no-sts-compare --sts-repeats 2 \
+        --out "$OUT/sts" --batch-sizes "$small,$large" --profile-cases "simcse@$small"
+    ;;
+4)  # after tuning: the CUDA tests, the smoke Table 1 through Snakemake (stage 3), the default mode's speed
+    # the methods whose step synced in stage 1, each precision, the sync debug mode on (tiny: seconds)
+    timeout 60 python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size tiny --steps 6 \
+        --batch-sizes 16 --sections train --methods diffcse,diffcse-edits,infocse-stage2 --out "$OUT/syncs" \
+        2>&1 | grep -E "^\{|wrote" | cut -c1-200
+    bash "$0" 3
+    timeout 100 "${acc[@]}" --sections profile --out "$OUT/profile" --batch-sizes "$small,$large" \
+        --profile-cases "simcse@$small"
+    ;;
+3)  # a job's time outside its work, through Snakemake: the smoke Table 1 on a BERT of $SIZE
+    work=$(mktemp -d)
+    python -c "import sys; sys.path.insert(0, 'benchmarks_scripts'); from pathlib import Path; \
+from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', None)"
+    precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
+    printf 'plms: {minilm: {model: %s}}\ntraining: {precision: %s}\n' "$work/bert" "$precision" > "$work/device.yaml"
+    timeout 240 snakemake results/table1.csv --cores 16 --set-threads train=4 evaluate_sts=4 \
+        --configfile configs/smoke.yaml "$work/device.yaml" --config data_dir="$data" > "$OUT/snakemake.log" 2>&1
+    echo "snakemake: exit $?"; tail -5 "$OUT/snakemake.log"
+    python benchmarks_scripts/job_overhead.py --out "$OUT/overhead.csv"
+    tar czf "$OUT/logs.tgz" logs benchmarks results/table1.md 2>/dev/null || true
+    ;;
+esac
