@@ -80,11 +80,11 @@ class Training:
                                        "cls pooling the last layer for [CLS] only (the same math as the padded "
                                        "forward; dropout masks drawn over real tokens, a different random stream, so "
                                        "this is part of the experiment); false: Hugging Face's padded forward")
-    compile: Literal[False, True, "default", "reduce-overhead", "max-autotune"] = setting(
-        False, doc="run the backbone through torch.compile while training (true = mode default; reduce-overhead adds "
-                   "CUDA graphs, for launch-bound small batches on a GPU); sequence lengths padded to multiples of 8; "
-                   "the compiled forward is the padded one (see unpadded); operational: changes speed, not results, "
-                   "and retrains nothing")
+    compile: Literal[False, True, "auto", "default", "reduce-overhead", "max-autotune"] = setting(
+        "auto", doc="run the step through torch.compile while training (true = mode default; reduce-overhead adds "
+                    "CUDA graphs; auto = reduce-overhead on one CUDA device without chunk_size, else eager); "
+                    "sequence lengths padded to multiples of 8; the compiled forward is the padded one (see "
+                    "unpadded); operational: changes speed, not results, and retrains nothing")
     pad_to_multiple_of: int | None = setting(None, **POSITIVE,
                                              doc="pad training batches to a multiple of this length (null: 8 with "
                                                  "compile, else 1); operational")

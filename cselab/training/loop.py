@@ -50,7 +50,7 @@ from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
 from cselab.settings import to_plain, training_settings
 from cselab.settings.spec import ExperimentSpec
-from cselab.training import diagnostics
+from cselab.training import compiled, diagnostics
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
 from cselab.training.methods import build_objective
@@ -290,9 +290,36 @@ class Trainer:
         nothing breaks the graph. Evaluation keeps the eager encoder; weights are shared."""
         import torch._dynamo
 
+        compiled.drop_partial_files(compiled.cache_dir())
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.encoder.static_shapes = True
         self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
+        self.compile_mode, self.compile_retried = mode, False
+
+    def guarded_step(self, index: torch.Tensor, window: Window, multiple: int) -> None:
+        """:meth:`step`; with a compiled step, a failed compile (:mod:`cselab.training.compiled`)
+        is retried once in a fresh cache, then the run goes on eager. The retry restores the
+        random state the step began with, so it draws the same dropout and masks."""
+        if self.forward is self.trainable:
+            self.step(index, window, multiple)
+            return
+        before = rng_state(self.generator)
+        try:
+            self.step(index, window, multiple)
+        except compiled.compile_failures() as e:
+            self.optimizer.zero_grad(set_to_none=True)
+            set_rng_state(before, self.generator)
+            reason = " ".join([type(e).__name__ + ":", *str(e).split()])[:300]
+            if not self.compile_retried:
+                log.warning("compiling the step failed (%s); compiling again in a fresh cache %s", reason,
+                            compiled.fresh_cache())
+                self.compile_retried = True
+                self.forward = torch.compile(self.trainable, mode=self.compile_mode, dynamic=False)
+            else:
+                log.warning("compiling the step failed again (%s); training goes on with the eager step "
+                            "(the same numbers, slower)", reason)
+                self.forward = self.trainable
+            self.guarded_step(index, window, multiple)
 
     # -- resume and checkpoint ----------------------------------------------------------------
 
@@ -466,7 +493,7 @@ class Trainer:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
             while s.next_start < sched.per_epoch * sched.batch_size:
                 with record_function("cselab.step"), self.phase("train_steps"):  # the profiler's view of a step
-                    self.step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
+                    self.guarded_step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
                 s.next_start += sched.batch_size
                 if s.step % log_steps == 0 or s.step == sched.last:
                     window = self.log_window(window)
@@ -523,7 +550,7 @@ class Trainer:
         log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec.id,
                  len(self.corpus), sched.last, sched.total, sched.batch_size, " + ".join(self.objective.names),
                  self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not self.encoder.static_shapes
-                 else "padded", ", compiled" if t.compile else "",
+                 else "padded", f", compiled ({t.compile})" if t.compile else "",
                  f", {self.world} processes" if self.world > 1 else "")
 
 
@@ -551,10 +578,13 @@ def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | 
     """
     spec = ExperimentSpec.of(spec)
     settings = training_settings({**spec.training_dict(), **(operational or {})})  # a key left out: its default
+    dev = _device(device)
+    settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size(),
+                                                                            settings.chunk_size))
     if settings.compile and not settings.pad_to_multiple_of:  # a compiled step: a few batch widths
         settings = dataclasses.replace(settings, pad_to_multiple_of=8)
     set_seed(spec.seed)  # the same on every process: the data order is shared
-    run = Trainer(spec.with_training(settings), _device(device), out_dir, dev_score, on_log)
+    run = Trainer(spec.with_training(settings), dev, out_dir, dev_score, on_log)
     with run.phase("set_up"):
         run.set_up(corpus_path, artifacts, token_cache)
         run.optimizer_and_schedule()

@@ -1,0 +1,89 @@
+"""``training.compile``: which mode a run compiles its step in, and an inductor cache that a job
+killed mid-compile cannot poison for the jobs after it.
+
+``auto`` (the default) is CUDA graphs (``reduce-overhead``) for a single-process CUDA run without
+gradient caching, where it was measured fastest (docs/speed.md), and the eager step everywhere
+else. Compiling changes no result (the step's math and its keyed dropout are the same), so the
+setting is operational.
+
+A job killed while inductor writes its cache can leave an empty file behind (a 0-byte ``.so``
+was seen): the next job loads it and every compiled step fails. Before compiling, a run removes
+such files; a compile that still fails is retried once in a fresh private cache, and a second
+failure leaves the run on its eager step with one warning (the numbers are the same).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("cselab")
+
+#: files inductor and Triton write and load back; empty, they are the trace of a killed write
+CACHE_SUFFIXES = (".so", ".o", ".cubin", ".ptx", ".py", ".json", ".pkl", ".cpp", ".h", ".best_config", ".ttir",
+                  ".ttgir", ".llir")
+
+
+def compile_mode(setting, device: torch.device, world: int, chunk_size: int | None):
+    """The ``torch.compile`` mode a run uses for ``training.compile`` = ``setting`` (False: eager;
+    True: torch's default mode): ``auto`` is ``reduce-overhead`` on one CUDA device without
+    gradient caching (its replayed chunks run outside the compiled step), else eager."""
+    if setting != "auto":
+        return setting
+    return "reduce-overhead" if device.type == "cuda" and world == 1 and not chunk_size else False
+
+
+def cache_dir() -> Path:
+    """The inductor cache this process compiles into (``TORCHINDUCTOR_CACHE_DIR`` or torch's default)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+    return Path(inductor_cache_dir())
+
+
+def drop_partial_files(root: Path) -> list[Path]:
+    """Remove the empty files of :data:`CACHE_SUFFIXES` under ``root`` (what a killed compile
+    leaves); returns them. Files another process removes meanwhile are skipped."""
+    removed = []
+    if not root.is_dir():
+        return removed
+    for path in root.rglob("*"):
+        try:
+            if path.suffix in CACHE_SUFFIXES and path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+    if removed:
+        log.warning("removed %d empty file(s) from the compile cache %s (left by a job killed mid-compile)",
+                    len(removed), root)
+    return removed
+
+
+def compile_failures() -> tuple[type[BaseException], ...]:
+    """The exceptions a failed compile raises (as opposed to the step's own errors)."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    failures: list[type[BaseException]] = [BackendCompilerFailed]
+    try:
+        from torch._inductor.exc import InductorError
+
+        failures.append(InductorError)
+    except ImportError:  # an older torch
+        pass
+    return tuple(failures)
+
+
+def fresh_cache() -> Path:
+    """Point inductor (and the Triton cache under it) at a new private folder, forget what was
+    compiled, and return the folder: the retry after a failed compile."""
+    import torch._dynamo
+
+    folder = Path(tempfile.mkdtemp(prefix="cselab-inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+    torch._dynamo.reset()
+    return folder

@@ -1,0 +1,107 @@
+"""training.compile's mode choice and its cache guard (cselab.training.compiled): a job killed
+mid-compile leaves empty files in inductor's cache, and the next compiled run must still train,
+to the same numbers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cselab.training import compiled
+from tests.helpers import ROOT, make_corpus
+
+RUN = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.test_train import spec_for
+from cselab.training.loop import train
+spec = spec_for(Path({bert!r}), "simcse", max_steps=2, eval_steps=None, log_steps=1, dropout=0.1, compile=True)
+res = train(spec, Path({corpus!r}), lambda enc: 0.0, Path(sys.argv[1]), device="cpu")
+print("LOSSES", [round(r["loss"], 5) for r in res.curve if "loss" in r])
+"""
+
+
+@pytest.mark.parametrize("device, world, chunk, expected", [
+    ("cuda", 1, None, "reduce-overhead"), ("cpu", 1, None, False), ("cuda", 2, None, False), ("cuda", 1, 16, False)])
+def test_auto_is_cuda_graphs_on_one_gpu_without_gradient_caching(device, world, chunk, expected):
+    assert compiled.compile_mode("auto", torch.device(device), world, chunk) == expected
+    for explicit in (False, True, "max-autotune"):  # a mode the config names is kept
+        assert compiled.compile_mode(explicit, torch.device(device), world, chunk) == explicit
+
+
+def test_empty_cache_files_are_removed_and_nothing_else(tmp_path, caplog):
+    (tmp_path / "ab").mkdir()
+    empty = [tmp_path / "ab" / "k.so", tmp_path / "c.py", tmp_path / "ab" / "t.cubin"]
+    kept = [tmp_path / "ab" / "whole.so", tmp_path / "x.lock", tmp_path / "notes"]
+    for path in empty + kept[1:]:
+        path.write_bytes(b"")
+    kept[0].write_bytes(b"\x7fELF")
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        assert sorted(compiled.drop_partial_files(tmp_path)) == sorted(empty)
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in empty)
+    assert "removed 3 empty file(s)" in caplog.text
+    assert compiled.drop_partial_files(tmp_path / "missing") == []
+
+
+def test_a_failing_compile_is_retried_then_the_step_runs_eager(tiny_bert, tmp_path, monkeypatch, caplog):
+    """Two failed compiles: a retry in a fresh cache, then the eager step, with the losses of an
+    eager run (the retried step restores its random state: the same dropout)."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from cselab.training.loop import train
+    from tests.test_train import spec_for
+
+    corpus = make_corpus(tmp_path / "corpus.txt", 24)
+    spec = spec_for(tiny_bert, "simcse", max_steps=3, eval_steps=None, log_steps=1, dropout=0.1)
+    eager = train(spec, corpus, lambda enc: 0.0, tmp_path / "eager", device="cpu",
+                  operational={"compile": False})
+    calls = []
+
+    def failing_compile(fn, **kwargs):
+        def call(*args, **kw):
+            calls.append(kwargs)
+            raise BackendCompilerFailed(fn, OSError("a.so: file too short"), None)
+        return call
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # restored after the test
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    with caplog.at_level(logging.WARNING, logger="cselab"):
+        res = train(spec, corpus, lambda enc: 0.0, tmp_path / "compiled", device="cpu",
+                    operational={"compile": True})
+    assert len(calls) == 2 and os.environ["TORCHINDUCTOR_CACHE_DIR"] != str(tmp_path / "cache")
+    assert "compiling again in a fresh cache" in caplog.text and "a.so: file too short" in caplog.text
+    assert "training goes on with the eager step" in caplog.text
+    losses = [[r["loss"] for r in run.curve if "loss" in r] for run in (eager, res)]
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5)  # the padded forward of a compiled run: float rounding
+
+
+def test_a_compile_killed_midway_does_not_break_the_next_run(tiny_bert, tmp_path):
+    """A real inductor compile on the CPU, then every compiled .so truncated to 0 bytes (what a
+    kill mid-write left here once); the next process trains compiled, to the same losses."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 24)
+    script = tmp_path / "run.py"
+    script.write_text(RUN.format(root=str(ROOT), bert=str(tiny_bert), corpus=str(corpus)))
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+
+    def run(name):
+        out = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out
+
+    first = run("first")
+    libraries = list((tmp_path / "cache").rglob("*.so"))
+    assert libraries, "inductor wrote no compiled library"
+    for lib in libraries:
+        lib.write_bytes(b"")
+    second = run("second")
+    assert "empty file(s) from the compile cache" in second.stderr
+    assert [ln for ln in second.stdout.splitlines() if ln.startswith("LOSSES")] == \
+        [ln for ln in first.stdout.splitlines() if ln.startswith("LOSSES")]
