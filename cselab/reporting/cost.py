@@ -28,7 +28,9 @@ from cselab.io import markdown_table, write_text
 
 RATES_DIR = Path(__file__).with_name("rates")
 RATE_COLUMNS = ("quantity", "value", "unit", "basis", "model", "batch_size", "date", "command", "note")
-BASES = ("measured", "estimated")
+#: how a row was had: ``definition`` is exact by construction (the reference factor, 1) and counts as
+#: neither measured nor estimated in a plan's basis
+BASES = ("measured", "estimated", "definition")
 GB = 1e3  # Snakemake's mem_mb / 1000 = its "mem" in GB; disk likewise in decimal units
 
 #: Tokens of a text of ``w`` words: WordPiece / BPE pieces a word, plus [CLS] and [SEP]
@@ -297,7 +299,7 @@ class Pricing:
 def basis_text(used: dict[str, Rate]) -> str:
     """``measured: a, b; estimated: c``: the rate rows used, by basis."""
     parts = []
-    for kind in BASES:
+    for kind in BASES[:2]:
         labels = sorted(label for label, r in used.items() if r.basis == kind)
         if labels:
             parts.append(f"{kind}: {', '.join(labels)}")
