@@ -12,14 +12,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cselab"
 #: which rooms of the house a room may import from (besides io and errors, the foundations)
 ALLOWED = {
-    "data": {"data"},
-    "models": {"data", "models"},
-    "training": {"data", "models", "training"},
-    "evaluation": {"data", "models", "evaluation"},
-    "reporting": {"data", "models", "evaluation", "reporting"},
-    "export": {"data", "models", "evaluation", "reporting", "export"},
-    "pipeline": {"data", "models", "training", "evaluation", "reporting", "export", "pipeline"},
+    "settings": {"settings"},  # the typed config: a foundation every room reads
+    "data": {"settings", "data"},
+    "models": {"settings", "data", "models"},
+    "training": {"settings", "data", "models", "training"},
+    "evaluation": {"settings", "data", "models", "evaluation"},
+    "reporting": {"settings", "data", "models", "evaluation", "reporting"},
+    "export": {"settings", "data", "models", "evaluation", "reporting", "export"},
+    "pipeline": {"settings", "data", "models", "training", "evaluation", "reporting", "export", "pipeline"},
 }
+#: the package's modules outside the rooms: foundations that import no room
+FOUNDATIONS = {"errors", "io", "schema_subset"}
 
 
 def imports(path: Path) -> set[str]:
@@ -43,6 +46,16 @@ def test_imports_run_one_way(room):
             if len(parts) > 1 and parts[1] in ALLOWED and parts[1] not in ALLOWED[room]:
                 wrong.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not wrong, wrong
+
+
+def test_every_package_is_a_room_and_foundations_import_none():
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == set(ALLOWED), f"rooms not in ALLOWED: {sorted(rooms - set(ALLOWED))}"
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert modules <= FOUNDATIONS, sorted(modules - FOUNDATIONS)
+    for name in modules:
+        wrong = [m for m in imports(PACKAGE / f"{name}.py") if len(m.split(".")) > 1 and m.split(".")[1] in ALLOWED]
+        assert not wrong, (name, wrong)
 
 
 def test_no_function_over_80_lines():

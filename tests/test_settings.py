@@ -13,7 +13,8 @@ import yaml
 
 from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
-from cselab.settings import base, generate, training_settings
+from cselab.settings import base, training_settings
+from cselab.pipeline import settings_docs as generate
 from cselab.settings import config as config_module
 from cselab.settings import entries, evaluation, sections, training
 
@@ -30,7 +31,7 @@ def paper():
 def test_checked_in_schema_and_docs_are_generated():
     for path, text in ((generate.SCHEMA_PATH, generate.schema_text()), (generate.DOCS_PATH, generate.docs_text())):
         assert path.read_text() == text, (f"{path.relative_to(ROOT)} is stale: the settings dataclasses changed; "
-                                          "run `python -m cselab.settings.generate`")
+                                          "run `python -m cselab.pipeline.settings_docs`")
 
 
 def test_a_stale_schema_is_reported(tmp_path, monkeypatch, capsys):
@@ -41,12 +42,12 @@ def test_a_stale_schema_is_reported(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(generate, "DOCS_PATH", tmp_path / "settings.md")
     (tmp_path / "settings.md").write_text(generate.docs_text())
     assert generate.main(["--check"]) == 1
-    assert "config.schema.json is stale: run `python -m cselab.settings.generate`" in capsys.readouterr().err
+    assert "config.schema.json is stale: run `python -m cselab.pipeline.settings_docs`" in capsys.readouterr().err
 
 
 def test_the_schema_says_it_is_generated():
     schema = cc.load_schema()
-    assert "python -m cselab.settings.generate" in schema["$comment"]
+    assert "python -m cselab.pipeline.settings_docs" in schema["$comment"]
     assert schema["$defs"]["training"] == base.schema_of(training.Training, partial=True)
 
 

@@ -1,5 +1,5 @@
 """Write the config's JSON schema and its documentation from the settings dataclasses:
-``python -m cselab.settings.generate`` (``--check``: exit 1 when a checked-in file is stale)."""
+``python -m cselab.pipeline.settings_docs`` (``--check``: exit 1 when a checked-in file is stale)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cselab.settings.config import Config
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "cselab" / "schema" / "config.schema.json"
 DOCS_PATH = ROOT / "docs" / "settings.md"
-COMMAND = "python -m cselab.settings.generate"
+COMMAND = "python -m cselab.pipeline.settings_docs"
 HEADER = (f"generated from the dataclasses of cselab/settings by `{COMMAND}`; do not edit: change the dataclasses "
           "and regenerate")
 
