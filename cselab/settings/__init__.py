@@ -1,6 +1,6 @@
 """Typed settings: frozen dataclasses are the single source of the config's schema, its
 defaults and its documentation (:mod:`cselab.settings.base`). ``python -m
-cselab.settings.generate`` writes ``cselab/schema/config.schema.json`` and ``docs/settings.md``
+cselab.pipeline.settings_docs`` writes ``cselab/schema/config.schema.json`` and ``docs/settings.md``
 from them. Imports no torch (the workflow reads it when it plans)."""
 
 import dataclasses

@@ -2,7 +2,7 @@
 :func:`setting` (its default, its description and its JSON-schema constraints beyond the type).
 
 From those declarations come the config's JSON schema (:func:`schema_of`, written to
-``cselab/schema/config.schema.json`` by ``python -m cselab.settings.generate``), its defaults
+``cselab/schema/config.schema.json`` by ``python -m cselab.pipeline.settings_docs``), its defaults
 (:func:`fill_defaults`: a config may leave out any key that has one) and typed access
 (:func:`from_dict`: ``settings.lr`` instead of ``t["lr"]``). Imports neither torch nor any other
 heavy package: the workflow reads it when it plans.
