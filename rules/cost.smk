@@ -11,9 +11,7 @@ rule cost_plan:
         csv=report(OUT.COST_PLAN_CSV, caption="../report/cost_plan.rst", category="Tables"),
         md=OUT.COST_PLAN_MD,
     params:
-        cfg=CFG,
-        snakemake=[sys.executable, "-m", "snakemake"],
-        snakefile=workflow.main_snakefile,
+        **JOBS.rule_params("cost_plan", CFG),
     log:
         OUT.job_log("cost_plan"),
     benchmark:

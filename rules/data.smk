@@ -7,8 +7,7 @@ rule prepare_corpus:
         corpus=OUT.CORPUS,
         manifest=OUT.CORPUS_MANIFEST,
     params:
-        source=CFG["data"]["corpus"],
-        download_dir=OUT.DOWNLOADS,
+        **JOBS.rule_params("prepare_corpus", CFG),
     log:
         OUT.job_log("prepare_corpus"),
     benchmark:
@@ -45,10 +44,7 @@ rule prepare_senteval:
     output:
         manifest=OUT.SENTEVAL_MANIFEST,
     params:
-        source=CFG["data"]["senteval"],
-        tasks=SENTEVAL_TASKS,
-        extract_dir=OUT.SENTEVAL_TREE,
-        download_dir=OUT.DOWNLOADS,
+        **JOBS.rule_params("prepare_senteval", CFG),
     log:
         OUT.job_log("prepare_senteval"),
     benchmark:
@@ -66,7 +62,7 @@ rule resolve_plm:
     output:
         OUT.PLM,
     params:
-        model=lambda wc: CFG["plms"][wc.plm]["model"],
+        **JOBS.rule_params("resolve_plm", CFG),
     log:
         OUT.job_log("resolve_plm", "{plm}"),
     benchmark:
@@ -84,10 +80,7 @@ rule prepare_beir:
     output:
         manifest=OUT.BEIR_MANIFEST,
     params:
-        url=lambda wc: CFG["data"]["beir"]["url"].format(name=wc.dataset),
-        path=lambda wc: beir_local_path(wc.dataset),
-        out_dir=lambda wc: OUT.path(OUT.BEIR_DATA, dataset=wc.dataset),
-        download_dir=OUT.DOWNLOADS,
+        **JOBS.rule_params("prepare_beir", CFG),
     log:
         OUT.job_log("prepare_beir", "{dataset}"),
     benchmark:
@@ -108,8 +101,7 @@ rule prepare_stsb_retrieval:
     output:
         manifest=OUT.STSB_RETRIEVAL_MANIFEST,
     params:
-        out_dir=OUT.STSB_RETRIEVAL_DATA,
-        download_dir=OUT.DOWNLOADS,
+        **JOBS.rule_params("prepare_stsb_retrieval", CFG),
     log:
         OUT.job_log("prepare_stsb_retrieval"),
     benchmark:

@@ -18,9 +18,7 @@ for _kind in EVAL.kinds():
             *_outputs,
             **_named,
         params:
-            settings=ENCODER,
-            experiment="{exp}",
-            **_kind.rule_params(CFG),
+            **JOBS.evaluation_params(_kind, CFG),
         log:
             OUT.job_log(_kind.rule, EVAL.job_name(_kind)),
         benchmark:
@@ -46,9 +44,7 @@ for _kind, _name, _group, _members in EVAL.shared_jobs(BEIR_SHARED):
         output:
             EVAL.shared_outputs(_kind, _members),
         params:
-            settings=ENCODER,
-            experiment="{exp}",
-            **_kind.rule_params(CFG),
+            **JOBS.evaluation_params(_kind, CFG, _members),
         log:
             OUT.job_log(_kind.rule, f"{{exp}}/{_group}"),
         benchmark:

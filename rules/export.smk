@@ -21,7 +21,7 @@ rule mteb_results:
     output:
         directory(OUT.MTEB_DIR),
     params:
-        sources=lambda wc: mteb_sources(wc.exp),
+        **JOBS.rule_params("mteb_results", CFG),
     log:
         OUT.job_log("mteb_results", "{exp}"),
     benchmark:
@@ -45,9 +45,7 @@ rule mteb_check:
         csv=report(OUT.MTEB_CHECK_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.MTEB_CHECK_MD,
     params:
-        entries=lambda wc: cselab_targets.mteb_check_inputs(CFG, sweep_winner),
-        options=CFG["export"]["mteb_check"],
-        settings=ENCODER,
+        **JOBS.rule_params("mteb_check", CFG, sweep_winner),
     log:
         OUT.job_log("mteb_check"),
     benchmark:
@@ -68,10 +66,7 @@ rule model_card:
     output:
         OUT.CARD,
     params:
-        spec=lambda wc: experiment_spec(wc.exp),
-        options=CFG["export"]["card"],
-        settings=ENCODER,
-        bootstrap=CFG["evaluation"].get("bootstrap", {}),
+        **JOBS.rule_params("model_card", CFG),
     log:
         OUT.job_log("model_card", "{exp}"),
     benchmark:
@@ -93,8 +88,7 @@ rule export_onnx:
         onnx=OUT.ONNX,
         check=OUT.ONNX_CHECK,
     params:
-        options=CFG["export"]["onnx"],
-        settings=ENCODER,
+        **JOBS.rule_params("export_onnx", CFG),
     log:
         OUT.job_log("export_onnx", "{exp}"),
     benchmark:
@@ -136,7 +130,7 @@ rule push:
     output:
         OUT.PUSH_RECEIPT,
     params:
-        hub=CFG["hub"],
+        **JOBS.rule_params("push", CFG),
     log:
         OUT.job_log("push", "{exp}"),
     benchmark:
@@ -160,7 +154,7 @@ rule push_sweep:
     output:
         OUT.SWEEP_PUSH_RECEIPT,
     params:
-        winner=lambda wc: sweep_winner(wc.sweep),
+        **JOBS.rule_params("push_sweep", CFG, sweep_winner),
     log:
         OUT.job_log("push_sweep", "{sweep}"),
     benchmark:

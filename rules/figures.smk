@@ -11,10 +11,7 @@ rule figure:
         png=report(OUT.FIGURE_PNG, caption="../report/figure.rst", category="Figures"),
         csv=report(OUT.FIGURE_CSV, caption="../report/figure.rst", category="Figures"),
     params:
-        figure=lambda wc: {"name": wc.figure, **CFG["figures"][wc.figure]},
-        labels=lambda wc: figure_entries(wc.figure),
-        values=lambda wc: cselab_targets.figure_values(CFG, wc.figure),
-        settings=ENCODER,
+        **JOBS.rule_params("figure", CFG),
     log:
         OUT.job_log("figures", "{figure}"),
     benchmark:

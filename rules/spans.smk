@@ -7,7 +7,6 @@
 # its threads); a new shard count does change segment_corpus's inputs (docs/methods.md).
 
 from cselab.data.span_shards import shard_names
-from cselab.data.spans import segmentation_settings
 from cselab.settings import spans_settings
 
 SPAN_SHARDS = shard_names(spans_settings(SPANS).shards)
@@ -20,7 +19,7 @@ rule segment_shard:
         spans=temp(OUT.SPANS_SHARD),
         record=temp(OUT.SPANS_SHARD_RECORD),
     params:
-        settings=segmentation_settings(SPANS),
+        **JOBS.rule_params("segment_shard", CFG),
     wildcard_constraints:
         shard="[0-9]+-of-[0-9]+",
     log:
@@ -46,7 +45,7 @@ rule segment_corpus:
         spans=OUT.SPANS,
         stats=OUT.SPANS_STATS,
     params:
-        settings=segmentation_settings(SPANS),
+        **JOBS.rule_params("segment_corpus", CFG),
     log:
         OUT.job_log("segment_corpus"),
     benchmark:
@@ -67,7 +66,7 @@ rule subsample:
         corpus=OUT.SUBSAMPLED,
         stats=OUT.SUBSAMPLED_STATS,
     params:
-        min_words=SPANS.get("min_words", 1),
+        **JOBS.rule_params("subsample", CFG),
     log:
         OUT.job_log("subsample", "{strategy}"),
     benchmark:

@@ -5,22 +5,6 @@
 # A checkpoint: a table listing sweep:<s> shows the winner, known only once this has run; the
 # table is planned with the sweep's CSV as an input, and planned again (now with the winner's
 # results, which Snakemake then builds) when the checkpoint has run or is found up to date.
-from snakemake.exceptions import IncompleteCheckpointException
-
-
-def sweep_winner(name):
-    """The winner of sweep `name` (cselab.reporting.sweeps.read_winner) once its checkpoint has
-    run or is up to date; None before (a table asking is re-planned after it)."""
-    from cselab.reporting.sweeps import read_winner
-
-    try:
-        csv = checkpoints.sweep.get(sweep=name).output.csv
-    except IncompleteCheckpointException:
-        return None
-    try:
-        return read_winner(csv)
-    except (OSError, ValueError, KeyError) as e:
-        raise WorkflowError(f"sweep {name}: cannot read its winner from {csv}: {e}")
 
 
 checkpoint sweep:
@@ -32,10 +16,7 @@ checkpoint sweep:
         png=report(OUT.SWEEP_PNG, caption="../report/figure.rst", category="Sweeps"),
         best=OUT.SWEEP_BEST,
     params:
-        sweep=lambda wc: cfg_call(cselab_targets.sweep_params, wc.sweep),
-        points=lambda wc: cfg_call(cselab_targets.sweep_points, wc.sweep),
-        bootstrap=CFG["evaluation"]["bootstrap"],
-        seed_power=CFG["evaluation"]["seed_power"],
+        **JOBS.rule_params("sweep", CFG),
     log:
         OUT.job_log("sweeps", "{sweep}"),
     benchmark:

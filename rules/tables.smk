@@ -14,10 +14,7 @@ rule table:
         csv=report(OUT.TABLE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.TABLE_MD, caption="../report/table.rst", category="Tables"),
     params:
-        table=lambda wc: cselab_targets.table_params(CFG, wc.table, sweep_winner),
-        columns=lambda wc: cselab_targets.table_columns(CFG, wc.table),
-        rows=lambda wc: cselab_targets.table_rows(CFG, wc.table, sweep_winner),
-        bootstrap=CFG["evaluation"].get("bootstrap", {}),
+        **JOBS.rule_params("table", CFG, sweep_winner),
     log:
         OUT.job_log("tables", "{table}"),
     benchmark:
@@ -41,9 +38,7 @@ rule leakage_audit:
         csv=report(OUT.LEAKAGE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.LEAKAGE_MD, caption="../report/table.rst", category="Tables"),
     params:
-        corpora=lambda wc: cselab_targets.leakage_corpora(CFG),
-        ngram=CFG["evaluation"]["leakage"]["ngram"],
-        beir=lambda wc: prepared_beir(),
+        **JOBS.rule_params("leakage_audit", CFG),
     log:
         OUT.job_log("tables", "table_leakage"),
     benchmark:
@@ -70,10 +65,7 @@ rule seed_power:
         md=OUT.SEED_POWER_MD,
         png=report(OUT.SEED_POWER_PNG, caption="../report/figure.rst", category="Figures"),
     params:
-        options=CFG["evaluation"]["seed_power"],
-        inputs=lambda wc: cselab_targets.seed_power_inputs(CFG, sweep_winner),
-        baseline=lambda wc: cselab_targets.seed_power_baseline(CFG, sweep_winner),
-        bootstrap=CFG["evaluation"]["bootstrap"],
+        **JOBS.rule_params("seed_power", CFG, sweep_winner),
     log:
         OUT.job_log("tables", "seed_power"),
     benchmark:
@@ -99,9 +91,7 @@ rule protocol_table:
         csv=report(OUT.PROTOCOLS_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.PROTOCOLS_MD,
     params:
-        options=CFG["evaluation"]["protocols"],
-        checkpoints=lambda wc: cselab_targets.protocol_checkpoints(CFG, sweep_winner),
-        batch_size=CFG["evaluation"]["batch_size"],
+        **JOBS.rule_params("protocol_table", CFG, sweep_winner),
     log:
         OUT.job_log("tables", "table_protocols"),
     benchmark:

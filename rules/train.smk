@@ -13,8 +13,7 @@ rule train:
         curve=OUT.CURVE,
         summary=OUT.TRAIN_SUMMARY,
     params:
-        spec=lambda wc: experiment_spec(wc.exp),
-        artifacts=lambda wc: artifacts(typed_experiment_spec(wc.exp)),
+        **JOBS.rule_params("train", CFG),
     log:
         OUT.job_log("train", "{exp}"),
     benchmark:
@@ -41,8 +40,7 @@ rule pretrain:
         plot=OUT.PRETRAINED_PLOT,
         summary=OUT.PRETRAINED_SUMMARY,
     params:
-        spec=lambda wc: pretraining_spec(wc.stage, wc.plm),
-        artifacts=lambda wc: artifacts(pretraining_spec(wc.stage, wc.plm)),
+        **JOBS.rule_params("pretrain", CFG),
     log:
         OUT.job_log("pretrain", "{stage}/{plm}"),
     benchmark:

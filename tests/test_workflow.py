@@ -180,10 +180,9 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
     result = json.loads((workdir / "results/experiments/simcse-tiny-s42/transfer.json").read_text())
     assert result["mode"] == "test" and result["cache_hits"] == 1 and result["cache_misses"] == 0
     assert "rule train:" not in out
-    write_config(workdir, evaluation={"batch_size": 7})
-    out = snakemake(workdir, "-n", "results/table1.csv").stdout
-    assert "evaluate_sts" in out and "table1" in out
-    assert "rule train:" not in out and "localrule train:" not in out
+    # The evaluation batch size and the embedding cache change how encoding runs: nothing reruns.
+    write_config(workdir, evaluation={"batch_size": 7, "cache": False})
+    assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
     write_config(workdir, training={"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 2e-4,
                                     "eval_steps": 4, "log_steps": 2})
     out = snakemake(workdir, "-n", "results/table1.csv").stdout
@@ -206,6 +205,55 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
                                     "eval_steps": 4, "log_steps": 2, "chunk_size": 4})
     assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
     write_config(workdir)
+
+
+def planned(workdir: Path, targets: list[str]) -> set[tuple[str, str]]:
+    """The jobs a dry run plans: (rule, its wildcards as Snakemake prints them)."""
+    from cselab.pipeline.cost import parse_dry_run
+
+    out = snakemake(workdir, "-n", "--", *targets).stdout
+    return {(j.rule, j.name) for j in parse_dry_run(out)} - {("all", "all")} if "Nothing to be done" not in out \
+        else set()
+
+
+def test_a_change_plans_exactly_the_jobs_it_affects(workflow_run):
+    """Dry runs on the built workflow: adding a BEIR dataset plans its own preparation and
+    evaluations and the table that shows it; adding a seed, that seed's runs and the tables; one
+    experiment's learning rate, its run, its evaluations and its tables; logging, tracking,
+    resources, processes and the evaluation batch size, nothing."""
+    workdir, _ = workflow_run
+    targets = [f"results/{t}.csv" for t in TABLES[:-1]]  # the methods table's experiments follow the settings
+    trained = ["simcse-tiny-s42", "compcse-tiny-s42"]
+    evals = [*EVALS, "evaluate_stsb_dev"]
+    assert planned(workdir, targets) == set()
+    make_beir(workdir / "data" / "beir" / "toy2", n_docs=30, n_queries=5, seed=4)
+    beir = {"datasets": ["toy", "toy2"], "chunk_size": 16, "k": 100, "max_len": 64}
+    write_config(workdir, evaluation={"batch_size": 64, "transfer": {"mode": "fast"}, "beir": beir})
+    assert planned(workdir, targets) == {("prepare_beir", "dataset=toy2"), ("table", "table=table_beir"),
+                                         *(("evaluate_beir", f"dataset=toy2, exp={e}")
+                                           for e in ["untrained-tiny", *trained])}
+    write_config(workdir)
+    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    (workdir / "test.yaml").write_text(yaml.safe_dump({**cfg, "seeds": [42, 43]}))
+    jobs = planned(workdir, targets)
+    assert {("train", "exp=simcse-tiny-s43"), ("train", "exp=compcse-tiny-s43")} <= jobs
+    assert {rule for rule, name in jobs if "-s43" not in name} == {"table"}
+    write_config(workdir, experiments={"simcse-tiny": {"plm": "tiny", "method": "simcse", "training": {"lr": 3e-4}}})
+    jobs = planned(workdir, targets)
+    assert ("train", "exp=simcse-tiny-s42") in jobs and {r for r, _ in jobs} <= {"train", "table", *evals}
+    assert all("exp=simcse-tiny-s42" in name for rule, name in jobs if rule != "table"), jobs
+    quiet = {"training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4,
+                          "log_steps": 1, "checkpoint_steps": 2, "compile": True, "dev_batch_size": 3,
+                          "owner_wait_s": 5}, "mlflow": {"experiment_name": "another-name"},
+             "evaluation": {"batch_size": 5, "max_tokens": 64, "cache": False, "transfer": {"mode": "fast"},
+                            "beir": {"datasets": ["toy"], "chunk_size": 16, "k": 100, "max_len": 64, "query_block": 2,
+                                     "precision": "fp32", "resources": {"toy": {"mem_mb": 1000}}}},
+             "spans": {"n_process": 2}}
+    write_config(workdir, **quiet)
+    try:
+        assert planned(workdir, targets) == set()
+    finally:
+        write_config(workdir)
 
 
 def test_bad_config_is_one_clear_message(workflow_run):

@@ -56,11 +56,11 @@ BEIR_SIZES = {
 #: The ``evaluation.beir`` settings that can change a result (a BEIR job's params; the fp16 corpus
 #: cache rounds the embeddings it keeps); the others (precision, query_block, shared_corpora,
 #: resources) change how it runs.
-RETRIEVAL_SCORED = ("datasets", "k", "chunk_size", "score", "max_len", "corpus_cache")
+RETRIEVAL_SCORED = ("k", "chunk_size", "score", "max_len", "corpus_cache")
 
 def retrieval_params(beir: dict) -> dict:
-    """The settings a BEIR job's result depends on (its params): :data:`RETRIEVAL_SCORED`, with
-    ``corpus_cache`` only when on, so results computed before it existed keep their params."""
+    """The settings a retrieval job's result depends on (its params): :data:`RETRIEVAL_SCORED`,
+    with ``corpus_cache`` only when on; the job's own datasets are its spec's, never the list."""
     return {k: v for k, v in beir.items() if k in RETRIEVAL_SCORED and (k != "corpus_cache" or v)}
 
 

@@ -53,11 +53,12 @@ def retrieval_job(smk):
     from cselab.evaluation import retrieval
     from cselab.io import lines_sha256
 
-    opts = {**smk.params.retrieval, **retrieval_operational(smk.config)}  # logged as given
-    beir = beir_settings(opts)
     manifests = [json.loads(Path(f).read_text()) for f in _as_list(smk.input.dataset)]
     names = ([smk.wildcards.dataset] if "dataset" in smk.wildcards.keys() else
              [Path(o).stem for o in smk.output] if "_shared_" in smk.rule else ["stsb_retrieval"])
+    # the spec's settings, with how to run them (the job shell's operational section); logged as given
+    opts = {**smk.params.retrieval, **smk.cselab_operations.beir, "datasets": names}
+    beir = beir_settings(opts)
     roots = {name: Path(m["root"]) for name, m in zip(names, manifests)}
     group = "+".join(names)
 
@@ -82,14 +83,6 @@ def retrieval_job(smk):
         return {"datasets": per, "scores": {k: v for r in per.values() for k, v in r["scores"].items()}}
 
     return compute, {"retrieval": opts, "dataset": group}
-
-
-def retrieval_operational(config: dict) -> dict:
-    """The ``evaluation.beir`` settings that change how retrieval runs, not its result (read
-    from the config, not the job's params, so that changing them reruns nothing)."""
-    from cselab.data.beir import RETRIEVAL_SCORED
-
-    return {k: v for k, v in config_section(config, "beir").items() if k not in RETRIEVAL_SCORED}
 
 
 def _as_list(x) -> list:

@@ -17,6 +17,7 @@ from typing import Callable
 
 from cselab.errors import CselabError
 from cselab.io import quiet_third_party_loggers
+from cselab.pipeline.operations import operations  # noqa: F401 (the jobs' one reader of how to run)
 from cselab.training.preemption import REQUEUE_EXIT, Preempted, requeue_slurm_job
 
 log = logging.getLogger("cselab")
@@ -28,16 +29,20 @@ def run(smk, experiment_id: str | None = None, params: dict | None = None, label
     """The job's MLflow run (its source is the rule's own script); a remote tracking server is
     checked first (``mlflow.fallback``); ``resume``: an interrupted attempt's run to continue;
     ``buffer``: where calls wait out a tracking outage (training jobs)."""
-    from cselab.pipeline.config import tracking_uri
     from cselab.pipeline.tracking import mlflow_run
-    from cselab.settings import from_dict
-    from cselab.settings.sections import Mlflow
 
-    mlflow = from_dict(Mlflow, smk.config["mlflow"], where="mlflow")
-    return mlflow_run(uri=tracking_uri(smk.config), fallback=mlflow.fallback,
+    ops = operations(smk)
+    mlflow = ops.mlflow
+    return mlflow_run(uri=ops.tracking_uri, fallback=mlflow.fallback,
                       experiment_name=mlflow.experiment_name, rule=smk.rule, experiment_id=experiment_id,
                       params=params, label=label, tags={"snakemake.jobid": getattr(smk, "jobid", "")},
                       source=f"workflow_scripts/{smk.cselab_job}.py", resume=resume, buffer=buffer)
+
+
+def encoder_settings(smk) -> dict:
+    """The encoder settings of an evaluating job: its spec's (pooler, truncation) with the
+    operational ones (batch sizes, the embedding cache)."""
+    return {**smk.params.settings, **operations(smk).encoding}
 
 
 def senteval_root(manifest: str | Path) -> Path:
@@ -99,6 +104,12 @@ def main(smk, job: Callable) -> None:
     set_threads(int(smk.threads))
     smk.cselab_job = job.__name__
     try:
+        # how to run (never what to compute), for job functions outside the pipeline (evaluation kinds)
+        smk.cselab_operations = operations(smk)
+        if smk.cselab_operations.plugins:  # a plugin's kinds and methods, registered as when the job was planned
+            from cselab.pipeline.config import load_plugins
+
+            load_plugins(list(smk.cselab_operations.plugins))
         job(smk)
         log.info("rule %s done in %.1f s (this process; torch %s)", smk.rule, time.perf_counter() - started,
                  "imported" if "torch" in sys.modules else "not imported")

@@ -8,5 +8,5 @@ def cost_plan(smk) -> None:
     priced from its size and the device's rates table (``smk.input.rates``)."""
     from cselab.pipeline.cost import write_cost_plan
 
-    write_cost_plan(smk.params.cfg, dict(smk.config), smk.input.rates, list(smk.params.snakemake),
+    write_cost_plan(smk.params.cfg, smk.cselab_operations.config, smk.input.rates, list(smk.params.snakemake),
                     smk.params.snakefile, smk.output.csv, smk.output.md)

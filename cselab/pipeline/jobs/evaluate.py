@@ -12,7 +12,7 @@ from cselab.evaluation.encoding import ModelEncoder
 from cselab.io import write_json
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
-from cselab.pipeline.jobs import run, time_breakdown
+from cselab.pipeline.jobs import encoder_settings, run, time_breakdown
 
 
 def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None = None) -> None:
@@ -20,15 +20,15 @@ def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None 
     stats; per-item predictions (``pairs``) to the rule's ``pairs`` output."""
     from cselab.reporting.stats import save_pairs
 
-    exp_id = smk.params.experiment
-    with run(smk, experiment_id=exp_id, params={"evaluation": smk.params.settings, **(params or {})}) as r:
-        model = ModelEncoder(model_path(smk.input.model), smk.params.settings, Path(outputs.EMBEDDING_CACHE))
+    exp_id, settings = smk.params.experiment, encoder_settings(smk)
+    with run(smk, experiment_id=exp_id, params={"evaluation": settings, **(params or {})}) as r:
+        model = ModelEncoder(model_path(smk.input.model), settings, Path(outputs.EMBEDDING_CACHE))
         tic = time.perf_counter()
         result = compute(model)
         if "pairs" in result:
             save_pairs(smk.output.pairs, result.pop("pairs"))
         wall = time.perf_counter() - tic
-        common = dict(experiment=exp_id, settings=smk.params.settings, wall_seconds=wall, **model.stats(),
+        common = dict(experiment=exp_id, settings=settings, wall_seconds=wall, **model.stats(),
                       mlflow_run_id=r.run_id, job_seconds=time_breakdown({"evaluate": wall}, "where the job's time went"))
         result.update(common)
         prefix = smk.rule.split("_shared_")[0].removeprefix("evaluate_")
@@ -50,10 +50,9 @@ def evaluate(smk) -> None:
     per-item predictions where there are."""
     from cselab.errors import ConfigError
     from cselab.evaluation.kinds import kind_of_rule
-    from cselab.pipeline.config import load_plugins
 
-    load_plugins(smk.config.get("plugins") or [])
-    kind = kind_of_rule(smk.rule)
+    kind = kind_of_rule(smk.rule)  # a plugin's kind: the job shell imported the config's plugins
+
     if kind is None:
         raise ConfigError(f"rule {smk.rule!r} is no evaluation kind's (cselab.evaluation.kinds)")
     compute, params = kind.job(smk)

@@ -15,7 +15,7 @@ from pathlib import Path
 from cselab.io import atomic_path, write_json, write_text
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
-from cselab.pipeline.jobs import run, senteval_root
+from cselab.pipeline.jobs import encoder_settings, run, senteval_root
 from cselab.settings import evaluation_settings, from_dict
 from cselab.settings.evaluation import Bootstrap
 from cselab.settings.sections import Card, MtebCheck, Onnx
@@ -73,8 +73,8 @@ def mteb_check(smk) -> None:
 
     entries = smk.params.entries
     opts = from_dict(MtebCheck, smk.params.options, where="export.mteb_check")
-    settings = evaluation_settings(smk.params.settings)
-    logged = {"mteb_check": smk.params.options, "evaluation": smk.params.settings}
+    settings = evaluation_settings(encoder_settings(smk))
+    logged = {"mteb_check": smk.params.options, "evaluation": encoder_settings(smk)}
     with run(smk, params=logged, label="mteb_check") as r:
         root, rows = senteval_root(smk.input.senteval), []
         for exp, files in entries.items():
@@ -135,8 +135,8 @@ def export_onnx(smk) -> None:
 
     exp = smk.wildcards.exp
     opts = from_dict(Onnx, smk.params.options, where="export.onnx")
-    settings = evaluation_settings(smk.params.settings)
-    with run(smk, experiment_id=exp, params={"onnx": smk.params.options, "evaluation": smk.params.settings}) as r:
+    settings = evaluation_settings(encoder_settings(smk))
+    with run(smk, experiment_id=exp, params={"onnx": smk.params.options, "evaluation": encoder_settings(smk)}) as r:
         model_dir = model_path(smk.input.model)
         info = write_onnx(model_dir, Path(smk.output.onnx), opset=opts.opset)
         dev = stsb_dev(senteval_root(smk.input.senteval))

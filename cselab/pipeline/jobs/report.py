@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cselab.pipeline import outputs
-from cselab.pipeline.jobs import run, senteval_root
+from cselab.pipeline.jobs import encoder_settings, run, senteval_root
 from cselab.settings import from_dict, to_plain
 from cselab.settings.entries import Figure, Table
 from cselab.settings.evaluation import Bootstrap, Protocols, SeedPower
@@ -101,7 +101,7 @@ def protocol_table(smk) -> None:
         rows = []
         for exp_id, model in smk.params.checkpoints.items():
             mine = checkpoint_protocols(model_path(model), root, [None, opts.truncation],
-                                        smk.params.batch_size)
+                                        smk.cselab_operations.encoding["batch_size"])
             summary = spread(mine)
             rows += [{"experiment": exp_id, **row, **summary} for row in mine]
             r.log_metrics({f"{exp_id}.spread": summary["spread"], f"{exp_id}.papers_avg": summary["papers_avg"]})
@@ -121,7 +121,7 @@ def figure(smk) -> None:
     inputs = FigureInputs(
         labels={label: exp_id for label, exp_id, _ in entries},
         files={label: {read: Path(smk.input[f"{key}_{read}"]) for read in kind.reads} for label, _, key in entries},
-        settings=smk.params.settings, cache=Path(outputs.EMBEDDING_CACHE), senteval=senteval_root(smk.input.senteval),
+        settings=encoder_settings(smk), cache=Path(outputs.EMBEDDING_CACHE), senteval=senteval_root(smk.input.senteval),
         heldout=Path(smk.input.heldout) if "heldout" in smk.input.keys() else None, values=smk.params.values)
     with run(smk, params={"figure": fig}, label=name) as r:
         kind.draw(inputs, kind.typed(fig, where=f"figures.{name}"), Out(Path(smk.output.png), Path(smk.output.csv), spec.title, name))

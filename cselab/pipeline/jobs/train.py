@@ -16,7 +16,7 @@ import pandas as pd
 
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
-from cselab.pipeline.jobs import run, senteval_root, time_breakdown
+from cselab.pipeline.jobs import operations, run, senteval_root, time_breakdown
 from cselab.settings import training_settings
 from cselab.settings.spec import ExperimentSpec
 
@@ -71,7 +71,7 @@ def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
     if devices * nodes == 1:
         return train_job(kwargs)
     return distributed.launch("cselab.pipeline.jobs.train:train_job_with_plugins",
-                              {**kwargs, "plugins": smk.config.get("plugins") or []}, devices=devices, nodes=nodes,
+                              {**kwargs, "plugins": list(smk.cselab_operations.plugins)}, devices=devices, nodes=nodes,
                               workdir=out_dir / "launch",
                               timeout_s=world.dist_timeout_s,
                               log_file=smk.log[0] if smk.log else None, threads=int(smk.threads))
@@ -155,11 +155,9 @@ def last_diagnostics(curve: list[dict]) -> dict:
 
 
 def train(smk) -> None:
-    from cselab.pipeline.config import operational_settings, validate
-
     spec = ExperimentSpec.from_dict(smk.params.spec)
     # operational settings (checkpoint_steps, devices...) are read here, not from params: changing them must not retrain
-    ops = operational_settings(validate(smk.config), spec.id)
+    ops = operations(smk, spec).training
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
                         batch_size=training_settings(ops).dev_batch_size)
@@ -174,10 +172,8 @@ def train(smk) -> None:
 def pretrain(smk) -> None:
     """A pretraining stage: the loop without dev scoring; the stage's method exports its final
     state to ``model/`` beside a ``manifest.json`` (the spec), which later jobs fingerprint."""
-    from cselab.pipeline.config import operational_settings, validate
-
     spec = ExperimentSpec.from_dict(smk.params.spec)
-    ops = operational_settings(validate(smk.config), stage=spec.name)
+    ops = operations(smk, spec, stage=True).training
     out_dir = Path(smk.output.model).parent
     with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
         result = _loop(smk, spec, ops, out_dir, None, r)

@@ -1,0 +1,143 @@
+"""What one ``snakemake`` invocation does before it plans, called by ``rules/common.smk``: the
+config validated once (a bad key named with the file or flag that set it), what the command
+line asks for (a dry run, no jobs at all, or a run), the invocation's id and command for its
+jobs' MLflow runs, the folder's lock, and the checks that keep a run from building on a changed
+corpus or a damaged model. Each raises :class:`~cselab.errors.CselabError` with one message; the
+glue turns it into Snakemake's ``WorkflowError``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from cselab.errors import ConfigError, CselabError
+from cselab.pipeline import outputs
+from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
+
+#: flags of an invocation that neither plans nor runs jobs (unlock, lint, reports, listings, DAG pictures)
+NO_JOB_FLAGS = ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--lt", "--summary", "-S",
+                "--detailed-summary", "-D", "--report", "--touch", "-t", "--dag", "--rulegraph", "--filegraph",
+                "--d3dag", "--cleanup-metadata", "--cm", "--list-changes", "--lc", "--delete-all-output",
+                "--delete-temp-output", "--conda-create-envs-only", "--containerize", "--archive", "--export-cwl")
+#: where the invocation's lock and state live
+STATE_DIR = ".snakemake/cselab"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the command line asks for. ``main``: the invocation itself, not a cluster job
+    re-reading the Snakefile; ``dry_run``: it plans (``-n`` alone or in a short-flag group);
+    ``no_jobs``: it neither plans nor runs jobs; ``forced_corpus``: it re-prepares the corpus."""
+
+    args: tuple[str, ...]
+    main: bool
+    dry_run: bool
+    no_jobs: bool
+    forced_corpus: bool
+
+    @classmethod
+    def of(cls, args: list[str], main: bool) -> "Invocation":
+        dry = any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+                  for a in args)
+        no_jobs = any(a.split("=")[0] in NO_JOB_FLAGS for a in args)
+        forced = "prepare_corpus" in args or any(a in ("-F", "--forceall") for a in args)
+        return cls(tuple(args), main, dry, no_jobs, forced)
+
+    @property
+    def executing(self) -> bool:
+        """It runs jobs: cselab's checks before planning may change files (take the lock, move a
+        damaged model aside); a dry run's never do."""
+        return self.main and not self.dry_run and not self.no_jobs
+
+    @property
+    def checks(self) -> bool:
+        """It plans or runs: the checks before planning apply."""
+        return self.main and not self.no_jobs
+
+
+def config_sources(configfiles: list[str], given: list[str], overrides: dict) -> list[tuple[str, dict]]:
+    """The config's sources in Snakemake's order (later wins): the workflow's ``config.yaml``, each
+    ``--configfile`` (``given``), then ``--config``'s values."""
+    import yaml
+
+    files = [p for p in configfiles if p not in given] + list(given)
+    loaded = []
+    for path in files:
+        with open(path) as fh:
+            loaded.append((os.path.relpath(path), yaml.safe_load(fh) or {}))
+    return loaded + [("--config", dict(overrides))]
+
+
+def validated(config: dict, sources) -> dict:
+    """The config validated, once for the invocation; a bad value is one ConfigError naming the
+    key and where it was set (``sources``: a callable returning :func:`config_sources`)."""
+    from cselab.pipeline.checks import key_origin
+    from cselab.pipeline.config import validate
+
+    try:
+        return validate(config)
+    except CselabError as e:
+        origin = key_origin(str(e), sources())
+        raise ConfigError(f"invalid configuration: {e}" + (f" [set in {origin}]" if origin else "")) from None
+
+
+def set_up(run: Invocation, cfg: dict) -> None:
+    """Before planning: the invocation's id and command for its jobs, a cluster job's signal,
+    the folder's lock, the corpus and the trained models checked."""
+    if not run.main:  # SLURM's warning before the time limit is for the training process, which checkpoints
+        import signal
+
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    # one id per invocation, inherited by its jobs (and by SLURM jobs, which re-read the Snakefile
+    # with the submitting environment), and its command, which a model card quotes
+    os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
+    os.environ.setdefault(COMMAND_ENV, shlex.join(["snakemake", *run.args]))
+    if run.executing:  # a second invocation stops before it touches anything
+        from cselab.pipeline.locks import hold_invocation
+
+        hold_invocation(STATE_DIR, os.environ.get(COMMAND_ENV))
+    if run.checks and not run.forced_corpus:
+        check_corpus_source(cfg)
+    if run.checks:
+        set_aside_damaged_models(run.executing)
+
+
+def check_corpus_source(cfg: dict) -> None:
+    """A local corpus replaced in place since it was prepared (its size, or its bytes when its
+    mtime moved): nothing plans on results trained on the old one until the user says which to keep."""
+    from cselab.data.integrity import corpus_source_changed
+
+    path = cfg["data"]["corpus"].get("path")
+    change = corpus_source_changed(outputs.CORPUS_MANIFEST, path)
+    if change:
+        raise CselabError(
+            f"the corpus {path} changed since rule prepare_corpus prepared it ({change}). Rerun with --forcerun "
+            "prepare_corpus to prepare it again and retrain exactly the experiments that read it (add -n to list "
+            "them first), or restore the file")
+
+
+def set_aside_damaged_models(move: bool) -> list[Path]:
+    """Trained models damaged since training ended (a file missing, truncated or changed):
+    moved aside (``move``) so this invocation retrains each before anything reads it, or named
+    on stderr (a dry run changes no file); returns the models found damaged."""
+    from cselab.models.checkpoints import damaged_model
+
+    damaged = []
+    for model in sorted(Path(".").glob(outputs.path(outputs.MODEL, exp="*"))):
+        problem = damaged_model(model)
+        if not problem:
+            continue
+        damaged.append(model)
+        if not move:
+            print(f"cselab: {problem}; a real run moves {model} aside and retrains it first", file=sys.stderr)
+            continue
+        aside = f"{model}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        os.rename(model, aside)
+        print(f"cselab: {problem}; moved {model} to {aside}: rule train rebuilds it in this run", file=sys.stderr)
+    return damaged
