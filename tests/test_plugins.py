@@ -16,6 +16,7 @@ import yaml
 from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
 from cselab.training import method_config as mc
+from cselab.training.methods import find_config
 from tests.test_config import deep_update
 from tests.test_planning import HEAVY, PLAN
 
@@ -39,9 +40,6 @@ def plugin(tmp_path):
     yield path
     mc._CONFIGS.pop("simcse_repeat", None)
     sys.modules.pop(f"cselab_plugin_{path.stem}", None)
-    methods = sys.modules.get("cselab.training.methods")
-    if methods is not None:
-        methods._REGISTRY.pop("simcse_repeat", None)
 
 
 def smoke_config(**patch) -> dict:
@@ -87,13 +85,13 @@ def test_a_plugin_method_trains(plugin, tiny_bert, tmp_path):
 
     from cselab.models.encoder import load_encoder
     from cselab.training.loop import train
-    from cselab.training.methods import build_objective, method_class
+    from cselab.training.objective import build_objective, method_class
     from tests.helpers import make_corpus
     from tests.test_train import spec_for
 
     cc.load_plugins([str(plugin)])
     cls = method_class("simcse_repeat")  # built by its declaration, registered
-    assert cls.name == "simcse_repeat" and issubclass(cls, mc.method_config("simcse_repeat"))
+    assert cls.name == "simcse_repeat" and issubclass(cls, find_config("simcse_repeat"))
     encoder = load_encoder(tiny_bert)
     objective = build_objective(spec_for(tiny_bert, "simcse_repeat", {"dup_rate": 1.0}), encoder)
     ids = encoder.tokenize(["a man plays a guitar on the street .", "hello world"], 16)
@@ -160,7 +158,7 @@ def test_a_method_reading_a_setting_it_did_not_declare_is_one_message(tiny_bert)
     """What the config check cannot see (a method reading more than its ``training_keys``) is one
     message naming the method and the setting when the job builds it, not a raw KeyError."""
     from cselab.models.encoder import load_encoder
-    from cselab.training.methods import build_objective
+    from cselab.training.objective import build_objective
     from tests.test_train import spec_for
 
     spec = spec_for(tiny_bert)

@@ -130,7 +130,7 @@ def check_kind_options(fname: str, fig: dict, kind) -> None:
 def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
     """The primary and auxiliary methods of ``spec`` exist, take these roles, and accept their
     options; every artifact they require names a pretraining stage."""
-    from cselab.training.method_config import method_config
+    from cselab.training.methods import method_config
 
     key = f"{where}.{primary_key}" if primary_key else f"{where}.method"
     primary = method_config(spec["objective"], where=key)
@@ -174,14 +174,14 @@ def resolve_objectives(cfg: dict) -> None:
     method (its ``objective`` is implied; naming another is an error); any other entry (a
     composition or a variant: ``diffcse``, ``paradigm-mhe``) names its objective. Fills in the
     implied objectives, so every later reader finds ``objective`` in each entry."""
-    from cselab.training.method_config import find_config, is_registered, method_names
+    from cselab.training.methods import find_config, is_registered, method_names
 
     for key, entry in (cfg.get("methods") or {}).items():
         if not isinstance(entry, dict):
             continue  # the schema names it
         objective = entry.get("objective")
         if objective is None:
-            if is_registered(key) or find_config(key) is not None:
+            if is_registered(key):
                 entry["objective"] = key
                 continue
             former = {old: new for new, old in RENAMED_METHODS.items()}.get(key)
