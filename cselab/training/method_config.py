@@ -13,9 +13,12 @@ folder, where the lookups by name live); a plugin's is a module named under ``pl
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import functools
+import inspect
+import sys
 from dataclasses import field
 from typing import Any, ClassVar
 
@@ -127,6 +130,16 @@ class MethodConfig:
         return {}
 
     @classmethod
+    def training_reads(cls) -> frozenset[str]:
+        """The training settings the method's code reads, found without running it: reads of
+        ``ctx.training`` (``ctx.training.<key>``, ``self.ctx.training.<key>``, ``getattr(...,
+        "<key>")``, ``[...]["<key>"]``, and the same through a name bound to it) in the source of
+        each class the method is made of and of the functions of their modules they call. A class
+        whose source cannot be read (one defined interactively) reads none here."""
+        return frozenset().union(*(_reads_of_class(k) for k in cls.__mro__
+                                   if issubclass(k, MethodConfig) and k is not MethodConfig))
+
+    @classmethod
     def implementation(cls) -> type | None:
         """The ``Method`` (an ``nn.Module``) that trains this declaration, when it is written apart
         from it: it imports torch and defines (or imports) the ``Method`` subclass here, called
@@ -167,3 +180,75 @@ class TorchModule:
         from torch import nn
 
         return object.__new__(cls if issubclass(cls, nn.Module) else behind(cls, nn.Module))
+
+# -- the training settings a method's code reads (MethodConfig.training_reads) -------------------
+
+
+@functools.cache
+def _reads_of_class(cls: type) -> frozenset[str]:
+    """The training settings the source of ``cls`` (and the functions of its module it calls) reads."""
+    tree = _module_tree(cls.__module__)
+    node = _definition(tree, cls.__qualname__) if tree else None
+    if node is None:  # no source: a class typed into a prompt
+        return frozenset()
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    todo, seen, keys = [node], set(), set()
+    while todo:
+        node = todo.pop()
+        keys |= _training_reads(node)
+        called = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & functions.keys()
+        todo += [functions[name] for name in called - seen]
+        seen |= called
+    return frozenset(keys)
+
+
+@functools.cache
+def _module_tree(name: str) -> ast.Module | None:
+    """The syntax tree of module ``name``'s source (parsed once), or None without one."""
+    try:
+        return ast.parse(inspect.getsource(sys.modules[name]))
+    except (KeyError, OSError, TypeError):
+        return None
+
+
+def _definition(tree: ast.AST, qualname: str) -> ast.AST | None:
+    """The class (or function) ``qualname`` (``A.B``, ``f.<locals>.C``) defines in ``tree``: the last one of that name."""
+    node = tree
+    for part in qualname.split("."):
+        if part != "<locals>":
+            found = [n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == part
+                     and isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+            if not found:
+                return None
+            node = found[-1]
+    return node
+
+
+def _training_reads(tree: ast.AST) -> set[str]:
+    """Keys read of ``ctx.training`` (or of ``<x>.ctx.training``, or of a name bound to either) in ``tree``."""
+    aliases = {ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and _is_training(node.value, set()) for target in node.targets}
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_training(node.value, aliases):
+            keys.add(node.attr)
+        elif isinstance(node, ast.Subscript) and _is_training(node.value, aliases):
+            keys.add(_constant(node.slice))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and _is_training(node.args[0], aliases)):
+            keys.add(_constant(node.args[1]))
+    return keys - {None}
+
+
+def _is_training(node: ast.AST, aliases: set[str]) -> bool:
+    """Whether ``node`` is ``ctx.training``, ``<x>.ctx.training`` or one of ``aliases``."""
+    if isinstance(node, ast.Attribute) and node.attr == "training":
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "ctx") or (isinstance(owner, ast.Attribute)
+                                                                   and owner.attr == "ctx"):
+            return True
+    return bool(aliases) and isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) in aliases
+
+
+def _constant(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None

@@ -160,8 +160,9 @@ class Output:
 class MethodSettings:
     """The training settings a method reads, typed (``ctx.training.temperature``). A job's spec
     holds the settings its methods declare (``training_keys``) and no operational ones: one a method
-    reads but did not declare is one message naming it, not a silent default; an operational
-    setting (speed, memory) reads as its value, or its default when the spec leaves it out."""
+    reads but did not declare is one message naming it, not a silent default (the config check
+    refuses the reads it finds in the method's code first: ``MethodConfig.training_reads``); an
+    operational setting (speed, memory) reads as its value, or its default when the spec leaves it out."""
 
     def __init__(self, settings: dict | TrainingSettings, method: str | None = None, given: tuple[str, ...] = ()):
         """``settings``: a spec's training dict, or typed with the keys the spec states (``given``)."""
