@@ -11,7 +11,8 @@ import torch
 from cselab.models import keyed
 from cselab.models.encoder import load_encoder
 from cselab.training.loop import train
-from cselab.training.methods import build_objective, registry
+from cselab.training.methods import registry
+from cselab.training.objective import build_objective
 from tests.helpers import make_corpus, make_tiny_generator, training_defaults
 from tests.test_distributed import run
 from tests.test_resume import Crash, assert_same_weights, crash_at, curve_rows, probe_dev

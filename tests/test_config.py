@@ -13,7 +13,7 @@ import yaml
 from cselab.pipeline import config as cc
 from cselab.pipeline import targets as ct
 from cselab.errors import ConfigError
-from cselab.training.methods import Method
+from cselab.training.objective import Method
 from tests.helpers import find_shared_data
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import torch
 
 from cselab.errors import ConfigError, ModelError
 from cselab.models.encoder import load_encoder
-from cselab.training.methods import build_objective
+from cselab.training.objective import build_objective
 from cselab.training.methods.diffcse import RTD
 from tests.helpers import make_tiny_generator, training_defaults
 

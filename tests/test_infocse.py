@@ -8,7 +8,7 @@ import torch
 from cselab.errors import ConfigError
 from cselab.training import mlm
 from cselab.models.encoder import load_encoder
-from cselab.training.methods import build_objective
+from cselab.training.objective import build_objective
 from cselab.training.methods.infocse import AUX_CONFIG, AUX_FILE, InfoCSEMLM
 from tests.helpers import training_defaults
 

@@ -13,7 +13,8 @@ from cselab.data.tokens import TokenizedCorpus, tokenize_corpus
 from cselab.errors import ConfigError
 from cselab.models.heads import make_head
 from cselab.training.losses import info_nce
-from cselab.training.methods import Context, Method, Objective, Output, method_class, registry
+from cselab.training.methods import Context, Output, registry
+from cselab.training.objective import Method, Objective, method_class
 from cselab.training.methods.compcse import (
     AGGREGATIONS,
     Aggregator,

@@ -13,6 +13,7 @@ from cselab.errors import ConfigError
 from cselab.training import losses as L
 from cselab.training.methods import Context
 from cselab.training.methods.paradigm import LOSSES, Paradigm
+from cselab.training.objective import method_class
 
 
 def views(n=6, d=8, seed=0, noise=0.3):
@@ -127,7 +128,7 @@ def test_losses_stay_fp32_under_autocast():
 
 
 def build(tiny_encoder, **options):
-    return Paradigm(Context(encoder=tiny_encoder, options=Paradigm.check_options(options),
+    return method_class("paradigm")(Context(encoder=tiny_encoder, options=Paradigm.check_options(options),
                             training={"temperature": 0.05, "max_len": 32}))
 
 

@@ -1,8 +1,8 @@
 """Planning stays light: ``snakemake -n`` on the paper config (and the smoke config) imports no
-torch, scipy, matplotlib or transformers. The workflow reads the methods' declarations
-(cselab/training/method_config.py), the figure kinds and the table columns without them; the
-training, evaluation and figure jobs import them when they run. And what the plan reads of a
-method is what its implementation trains with."""
+torch, scipy, matplotlib or transformers. The workflow reads the methods (the modules of
+cselab/training/methods, whose training code imports torch when it runs), the figure kinds and
+the table columns without them; the training, evaluation and figure jobs import them when they
+run. And what the plan reads of a method is what its job trains with."""
 
 import json
 import subprocess
@@ -66,21 +66,36 @@ def test_planning_imports_no_torch(tmp_path, configfiles):
 
 
 def test_each_method_trains_with_what_the_plan_reads():
-    """An implementation inherits its declaration and overrides none of it: the options the
-    plan checks, the settings and artifacts it links are the ones training uses."""
+    """The module a job trains with is the method's class with ``Method`` behind it, which
+    overrides none of what the plan reads: the options the plan checks, the settings and
+    artifacts it links are the ones training uses."""
     from cselab.training import method_config as mc
-    from cselab.training.methods import Method, registry
+    from cselab.training.methods import registry
+    from cselab.training.objective import Method, method_class
 
     surface = {name for name in vars(mc.MethodConfig) if not name.startswith("__")}
-    implementations = registry()  # importing them leaves the declarations in place
-    declared = {name for name, cls in mc._CONFIGS.items() if not issubclass(cls, Method)}
-    assert shipped_methods() <= declared  # every method the shipped configs train plans from its declaration
+    declared = {name for name, cls in registry().items() if not issubclass(cls, Method)}
+    assert shipped_methods() <= declared  # every method the shipped configs train plans from its class, torch-free
     for name in declared:
-        impl = implementations[name]
-        assert issubclass(impl, mc.method_config(name)), name
+        impl = method_class(name)
+        assert issubclass(impl, registry()[name]) and issubclass(impl, Method), name
         overridden = [f"{k.__name__}.{attr}" for k in impl.__mro__ if issubclass(k, Method)
                       for attr in surface & set(vars(k))]
-        assert not overridden, f"{name}: declare {overridden} in cselab/training/method_config.py"
+        assert not overridden, f"{name}: declare {overridden} in the method's class"
+
+
+def test_the_methods_folder_is_scanned_without_torch():
+    """Every module of cselab/training/methods imports without torch (the plan scans the folder):
+    in a fresh interpreter that records every import, the registry lists each method."""
+    code = ("import sys, json; from cselab.training.methods import registry; names = sorted(registry()); "
+            f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}); "
+            "print(json.dumps([names, heavy]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names, heavy = json.loads(proc.stdout)
+    assert {"simcse", "compcse", "rtd", "cmlm", "corrective_lm", "simcse_edits", "infocse_pretrain", "infocse_mlm",
+            "paradigm"} <= set(names)
+    assert not heavy, heavy
 
 
 def shipped_methods() -> set[str]:
@@ -104,9 +119,9 @@ def shipped_methods() -> set[str]:
 
 
 def test_checked_options_are_each_callers_own():
-    from cselab.training.method_config import ParadigmConfig
+    from cselab.training.methods.paradigm import Paradigm
 
-    first = ParadigmConfig.check_options({"loss": "mhe"})
+    first = Paradigm.check_options({"loss": "mhe"})
     first.m = 0.9
-    again = ParadigmConfig.check_options({"loss": "mhe"})
+    again = Paradigm.check_options({"loss": "mhe"})
     assert again.m == 0.3 and again.gd is False and again is not first

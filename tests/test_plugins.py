@@ -16,6 +16,7 @@ import yaml
 from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
 from cselab.training import method_config as mc
+from cselab.training.methods import find_config
 from tests.test_config import deep_update
 from tests.test_planning import HEAVY, PLAN
 
@@ -39,9 +40,6 @@ def plugin(tmp_path):
     yield path
     mc._CONFIGS.pop("simcse_repeat", None)
     sys.modules.pop(f"cselab_plugin_{path.stem}", None)
-    methods = sys.modules.get("cselab.training.methods")
-    if methods is not None:
-        methods._REGISTRY.pop("simcse_repeat", None)
 
 
 def smoke_config(**patch) -> dict:
@@ -87,13 +85,13 @@ def test_a_plugin_method_trains(plugin, tiny_bert, tmp_path):
 
     from cselab.models.encoder import load_encoder
     from cselab.training.loop import train
-    from cselab.training.methods import build_objective, method_class
+    from cselab.training.objective import build_objective, method_class
     from tests.helpers import make_corpus
     from tests.test_train import spec_for
 
     cc.load_plugins([str(plugin)])
     cls = method_class("simcse_repeat")  # built by its declaration, registered
-    assert cls.name == "simcse_repeat" and issubclass(cls, mc.method_config("simcse_repeat"))
+    assert cls.name == "simcse_repeat" and issubclass(cls, find_config("simcse_repeat"))
     encoder = load_encoder(tiny_bert)
     objective = build_objective(spec_for(tiny_bert, "simcse_repeat", {"dup_rate": 1.0}), encoder)
     ids = encoder.tokenize(["a man plays a guitar on the street .", "hello world"], 16)
@@ -141,6 +139,73 @@ def test_a_method_declaring_an_unknown_training_setting_is_refused_when_the_conf
     assert "temperature" in msg.split("valid: ")[1].split(", ")
 
 
+#: a plugin method that reads the contrastive temperature without declaring it
+UNDECLARED = '''"""A method reading a training setting it does not declare (written by the test)."""
+from cselab.models.heads import make_head
+from cselab.training.methods import MethodConfig, Output, dropout_views
+
+
+class SilentTemperature(MethodConfig):
+    name = "silent_temperature"
+    training_keys = ("pooler", "unpadded")
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.head = make_head("mlp", ctx.hidden_size)
+        self.temperature = ctx.training.temperature
+
+    def forward(self, batch, shared):
+        from cselab.training.losses import info_nce
+
+        return Output({"contrastive": info_nce(*dropout_views(self.ctx, self.head, batch, shared), self.temperature)})
+'''
+
+
+def test_a_method_reading_a_setting_it_does_not_declare_is_refused_when_the_config_is_read(tmp_path):
+    path = tmp_path / "silent.py"
+    path.write_text(UNDECLARED)
+    cfg = smoke_config(plugins=[str(path)], methods={"silent_temperature": {}},
+                       experiments={"silent-minilm": {"plm": "minilm", "method": "silent_temperature"}})
+    try:
+        with pytest.raises(ConfigError) as err:
+            validated(cfg)
+    finally:
+        mc._CONFIGS.pop("silent_temperature", None)
+        sys.modules.pop(f"cselab_plugin_{path.stem}", None)
+    msg = str(err.value)
+    assert "methods.silent_temperature" in msg and "method 'silent_temperature'" in msg, msg
+    assert "reads the training setting 'temperature'" in msg and "training_keys" in msg, msg
+
+
+def test_the_built_in_methods_declare_every_setting_their_code_reads():
+    from cselab.settings.training import OPERATIONAL
+    from cselab.training.methods import registry
+
+    built_in = {name: cls for name, cls in registry().items() if cls.__module__.startswith("cselab.training.methods")}
+    assert len(built_in) >= 9
+    for name, cls in built_in.items():
+        assert cls.training_reads() <= set(cls.training_keys) | set(OPERATIONAL), name
+    assert "temperature" in built_in["simcse"].training_reads()  # the scan sees the reads it checks
+    assert "pad_to_multiple_of" in built_in["compcse"].training_reads()  # operational: read undeclared
+
+
+def _reads_dropout(ctx):
+    return ctx.training.dropout
+
+
+class _Reads(mc.MethodConfig):  # no name: not registered
+    def __init__(self, ctx):
+        t = ctx.training
+        self.lr, self.on = t.lr, self.training  # nn.Module's own flag is no setting
+        self.batch = getattr(self.ctx.training, "batch_size")
+        self.max_len = ctx.training["max_len"]
+        self.dropout = _reads_dropout(ctx)
+
+
+def test_the_reads_of_the_training_settings_are_found_in_every_form():
+    assert _Reads.training_reads() == {"lr", "batch_size", "max_len", "dropout"}
+
+
 def test_one_spelling_per_method():
     # an entry named after a method trains it: no objective needed, another one refused
     cfg = validated(smoke_config())
@@ -160,7 +225,7 @@ def test_a_method_reading_a_setting_it_did_not_declare_is_one_message(tiny_bert)
     """What the config check cannot see (a method reading more than its ``training_keys``) is one
     message naming the method and the setting when the job builds it, not a raw KeyError."""
     from cselab.models.encoder import load_encoder
-    from cselab.training.methods import build_objective
+    from cselab.training.objective import build_objective
     from tests.test_train import spec_for
 
     spec = spec_for(tiny_bert)

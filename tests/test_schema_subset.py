@@ -89,7 +89,7 @@ def test_mutated_configs_get_jsonschema_verdict_or_none():
 
 
 def test_method_option_schemas_agree_with_jsonschema():
-    from cselab.training.method_config import method_config, method_names
+    from cselab.training.methods import method_config, method_names
 
     rng = random.Random(3)
     checked = 0

@@ -191,7 +191,7 @@ def test_compiled_step_is_one_graph_per_shape(tiny_bert, generator, case):
     import torch._dynamo
 
     from cselab.models.encoder import load_encoder
-    from cselab.training.methods import build_objective
+    from cselab.training.objective import build_objective
     from tests.helpers import training_defaults
     from tests.test_chunks import CASES, SENTENCES, with_generator
 

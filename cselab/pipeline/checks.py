@@ -130,7 +130,7 @@ def check_kind_options(fname: str, fig: dict, kind) -> None:
 def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None = "objective") -> None:
     """The primary and auxiliary methods of ``spec`` exist, take these roles, and accept their
     options; every artifact they require names a pretraining stage."""
-    from cselab.training.method_config import method_config
+    from cselab.training.methods import method_config
 
     key = f"{where}.{primary_key}" if primary_key else f"{where}.method"
     primary = method_config(spec["objective"], where=key)
@@ -160,13 +160,23 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
 
 def check_training_keys(cfg: dict, cls, options, where: str) -> None:
     """The training settings a method declares it reads (``training_keys``, and
-    ``used_training_keys`` for these options) are training settings: checked when the config is
-    read, not found missing by the job."""
+    ``used_training_keys`` for these options) are training settings, and its code reads no other
+    (``MethodConfig.training_reads``: what it reads of ``ctx.training``, found in its source; an
+    operational setting may be read undeclared): checked when the config is read, not found
+    missing by the job."""
+    from cselab.settings.training import OPERATIONAL
+
     valid = cfg["training"]
-    for key in cls.used_training_keys(options):
+    declared = cls.used_training_keys(options)
+    for key in declared:
         if key not in valid:
             raise ConfigError(f"config key '{where}': method {cls.name!r} declares the training setting {key!r} "
                               f"(training_keys), which is none; valid: {', '.join(sorted(valid))}")
+    undeclared = sorted(cls.training_reads() - set(declared) - set(OPERATIONAL))
+    if undeclared:
+        raise ConfigError(f"config key '{where}': method {cls.name!r} ({cls.__module__}) reads the training "
+                          f"setting {', '.join(map(repr, undeclared))}, which it does not declare: add it to its "
+                          "training_keys (a job's spec holds only the settings its methods declare)")
 
 
 def resolve_objectives(cfg: dict) -> None:
@@ -174,14 +184,14 @@ def resolve_objectives(cfg: dict) -> None:
     method (its ``objective`` is implied; naming another is an error); any other entry (a
     composition or a variant: ``diffcse``, ``paradigm-mhe``) names its objective. Fills in the
     implied objectives, so every later reader finds ``objective`` in each entry."""
-    from cselab.training.method_config import find_config, is_registered, method_names
+    from cselab.training.methods import find_config, is_registered, method_names
 
     for key, entry in (cfg.get("methods") or {}).items():
         if not isinstance(entry, dict):
             continue  # the schema names it
         objective = entry.get("objective")
         if objective is None:
-            if is_registered(key) or find_config(key) is not None:
+            if is_registered(key):
                 entry["objective"] = key
                 continue
             former = {old: new for new, old in RENAMED_METHODS.items()}.get(key)

@@ -81,7 +81,7 @@ def _comparable(cfg: dict, name: str) -> dict:
 
 def _canonical(method: str, options: dict) -> dict:
     """A method's options under their current names (a former name is an alias: the same experiment)."""
-    from cselab.training.method_config import find_config
+    from cselab.training.methods import find_config
 
     cls = None if method == UNTRAINED else find_config(method)
     return cls.canonical_options(options) if cls else dict(options)
@@ -145,7 +145,7 @@ def parse_id(cfg: dict, exp_id: str) -> tuple[str, int | None]:
 # A job's spec (a Snakemake rerun trigger and the checkpoints' fingerprint) holds exactly the
 # training settings that can change its output, so a setting that cannot never retrains anything:
 # - OPERATIONAL settings (declared beside the Training settings) change how a job runs, never its numbers;
-# - USED_BY_METHODS are read only by the methods that declare them (Method.used_training_keys:
+# - USED_BY_METHODS are read only by the methods that declare them (MethodConfig.used_training_keys:
 #   the contrastive temperature, the pooled encoder forward's pooler and unpadded, BatchNorm heads'
 #   statistics); a trained experiment's STS-B dev scoring reads pooler and unpadded too;
 # - SCORING settings exist only where STS-B dev is scored: training jobs, not pretraining stages.
@@ -159,7 +159,7 @@ SCORING = ("eval_steps", "eval_at_end")
 
 def _job_training(training: dict, components: tuple[Component, ...], scored: bool) -> dict:
     """The settings of ``training`` the job's methods (and, ``scored``, its dev scoring) can use."""
-    from cselab.training.method_config import method_config
+    from cselab.training.methods import method_config
 
     used = {"pooler", "unpadded"} if scored else set()
     for entry in components:
@@ -171,7 +171,7 @@ def _job_training(training: dict, components: tuple[Component, ...], scored: boo
 
 def experiment_spec(cfg: dict, exp_id: str) -> dict[str, Any]:
     """Everything that determines an experiment's training run (and nothing about evaluation)."""
-    from cselab.training.method_config import spec_components
+    from cselab.training.methods import spec_components
 
     name, seed = parse_id(cfg, exp_id)
     spec = merge_experiment(cfg, name)
@@ -218,7 +218,7 @@ def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None
 
 def artifacts(spec: ExperimentSpec | dict) -> dict[str, str]:
     """The upstream artifacts a spec's methods declared: role -> the pretraining stage's output."""
-    from cselab.training.method_config import required_artifacts
+    from cselab.training.methods import required_artifacts
 
     spec = ExperimentSpec.of(spec)
     if spec.objective == UNTRAINED:
@@ -237,7 +237,7 @@ def full_options(spec: ExperimentSpec | dict) -> dict:
     ``<auxiliary>.weight``."""
     import dataclasses
 
-    from cselab.training.method_config import method_config
+    from cselab.training.methods import method_config
 
     spec = ExperimentSpec.of(spec)
     if spec.objective == UNTRAINED:

@@ -272,7 +272,7 @@ def _check_grid(cfg: dict, name: str, grid: dict, entry: dict, base: str) -> dic
     """The grid's keys are settings of the base experiment (its training settings, its method's
     options, its weight, its auxiliaries' weights and options), each with at least one value."""
     from cselab.settings.training import Training
-    from cselab.training.method_config import method_config
+    from cselab.training.methods import method_config
 
     where = f"sweeps.{name}.grid"
     if not grid:
@@ -322,7 +322,7 @@ def _check_grid(cfg: dict, name: str, grid: dict, entry: dict, base: str) -> dic
 
 def _set(entry: dict, key: str, value, objective: str) -> None:
     """``entry`` (an experiment entry of primary method ``objective``) with grid ``key`` set to ``value``."""
-    from cselab.training.method_config import find_config
+    from cselab.training.methods import find_config
 
     *path, last = key.split(".")
     node = entry

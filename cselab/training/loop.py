@@ -53,7 +53,7 @@ from cselab.settings.spec import ExperimentSpec
 from cselab.training import compiled, diagnostics
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
-from cselab.training.methods import build_objective
+from cselab.training.objective import build_objective
 from cselab.training.numerics import Precision, linear_schedule, make_optimizer, warmup_steps
 from cselab.training.preemption import Preempted, StopFlag, stop_on_signals
 

@@ -1,24 +1,28 @@
-"""What the workflow reads of a training method, importable without torch: its name, roles,
-options (a dataclass, each field's type, choices and range checked), former option names, the
-training settings it reads and the upstream artifacts it requires.
+"""A training method's declaration, the part every method shares, importable without torch.
 
-A method's implementation (:mod:`cselab.training.methods`, an ``nn.Module``) inherits its
-declaration from here (``class SimCSE(SimCSEConfig, Method)``), so Snakemake plans (validates
-the config, names the experiments, links the pretraining stages) without importing torch. A
-method declared in its own module only (a ``Method`` subclass with its own ``name``,
-``Options``, ...) works as well: looking it up imports the methods, and torch with them.
+A method is one class, a subclass of :class:`MethodConfig` with a ``name`` (it registers itself):
+what the workflow reads of it when it plans (its roles, options: a dataclass, each field's type,
+choices and range checked; former option names; the training settings it reads; the upstream
+artifacts it requires) and, in the same class, its training code (``__init__``, ``prepare``,
+``forward``, ...), whose bodies import torch when a job runs them. Its module imports no torch,
+so Snakemake plans (validates the config, names the experiments, links the pretraining stages)
+without it; a job builds the ``nn.Module`` from the class (:func:`cselab.training.objective.method_class`).
+The built-in methods are the modules of :mod:`cselab.training.methods` (found by scanning the
+folder, where the lookups by name live); a plugin's is a module named under ``plugins:``.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
+import functools
+import inspect
+import sys
 from dataclasses import field
 from typing import Any, ClassVar
 
 from cselab.errors import ConfigError, check_schema
-from cselab.models.heads import HEADS
-from cselab.settings.spec import Component, ExperimentSpec
 
 _CONFIGS: dict[str, type["MethodConfig"]] = {}
 #: (declaration, repr of an options dict) -> its checked ``Options`` (see MethodConfig.check_options)
@@ -46,8 +50,8 @@ def _json_type(annotation: str) -> dict:
 
 
 class MethodConfig:
-    """A method's declaration (see the module docstring). ``Options`` is a dataclass of its config
-    options; a subclass with a ``name`` registers itself."""
+    """A method (see the module docstring). ``Options`` is a dataclass of its config options; a
+    subclass with a ``name`` registers itself."""
 
     name: ClassVar[str] = ""
     #: whether it can be an experiment's primary method, an auxiliary objective, or both
@@ -126,286 +130,125 @@ class MethodConfig:
         return {}
 
     @classmethod
+    def training_reads(cls) -> frozenset[str]:
+        """The training settings the method's code reads, found without running it: reads of
+        ``ctx.training`` (``ctx.training.<key>``, ``self.ctx.training.<key>``, ``getattr(...,
+        "<key>")``, ``[...]["<key>"]``, and the same through a name bound to it) in the source of
+        each class the method is made of and of the functions of their modules they call. A class
+        whose source cannot be read (one defined interactively) reads none here."""
+        return frozenset().union(*(_reads_of_class(k) for k in cls.__mro__
+                                   if issubclass(k, MethodConfig) and k is not MethodConfig))
+
+    @classmethod
     def implementation(cls) -> type | None:
-        """The ``Method`` that trains a declaration made outside ``cselab/training/methods`` (a
-        plugin's): it imports torch and defines (or imports) its ``Method`` subclass here, called
-        when a job first builds the method, never when the workflow plans. None: the
-        implementation is in ``cselab/training/methods`` (the folder is scanned)."""
+        """The ``Method`` (an ``nn.Module``) that trains this declaration, when it is written apart
+        from it: it imports torch and defines (or imports) the ``Method`` subclass here, called
+        when a job first builds the method, never when the workflow plans. None (the default):
+        the class holds its training code itself, and the job makes it a ``Method``."""
         return None
 
 
-def find_config(name: str) -> type[MethodConfig] | None:
-    """Method ``name``'s declaration (see :func:`method_config`), or None for no such method."""
-    if name in _CONFIGS:
-        return _CONFIGS[name]
-    from cselab.training.methods import registry
-
-    return registry().get(name)
+def declared(name: str) -> type[MethodConfig] | None:
+    """The method registered under ``name`` so far (a module that declares it was imported), or None;
+    :func:`cselab.training.methods.find_config` looks in the built-in methods' folder too."""
+    return _CONFIGS.get(name)
 
 
-def is_registered(name: str) -> bool:
-    """Whether ``name`` is a registered method's, without importing torch: a declaration (the
-    built-in ones and the plugins'), or an implementation when the methods are imported already."""
-    import sys
-
-    if name in _CONFIGS:
-        return True
-    methods = sys.modules.get("cselab.training.methods")
-    return methods is not None and name in methods.registry()
+def declared_names() -> list[str]:
+    """The names of the methods registered so far (see :func:`declared`)."""
+    return sorted(_CONFIGS)
 
 
-def method_names() -> list[str]:
-    """Every registered method's name: the declarations and the implementations (torch imported)."""
-    from cselab.training.methods import registry
-
-    return sorted(set(_CONFIGS) | set(registry()))
+# -- torch classes written without importing torch --------------------------------------------------
 
 
-def method_config(name: str, where: str = "objective") -> type[MethodConfig]:
-    """Method ``name``'s declaration: from here, else from its implementation (a method declared
-    in its own module only: the methods are imported); an unknown name raises ConfigError."""
-    if name in _CONFIGS:
-        return _CONFIGS[name]
-    from cselab.training.methods import method_class
-
-    return method_class(name, where)
-
-
-def spec_components(spec) -> tuple[Component, ...]:
-    """A spec's methods (an :class:`~cselab.settings.spec.ExperimentSpec` or its dict): the
-    primary first, then the auxiliaries in order."""
-    return ExperimentSpec.of(spec).components()
+@functools.cache
+def behind(cls: type, base: type) -> type:
+    """``cls`` with ``base`` behind it, built once: ``type(cls.__name__, (cls, base), {})``. What
+    ``cls`` defines comes first and its ``super()`` calls reach ``base``: how a method's class
+    becomes an ``nn.Module`` when a job builds it (``base``: ``Method``), and a :class:`TorchModule`."""
+    return type(cls.__name__, (cls, base), {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                            "__doc__": cls.__doc__})
 
 
-def required_artifacts(spec) -> dict[str, str]:
-    """role -> ``pretraining:`` entry name, over all of an experiment's methods."""
-    out: dict[str, str] = {}
-    for entry in spec_components(spec):
-        cls = method_config(entry.method)
-        out.update(cls.requires(cls.check_options(entry.options)))
-    return out
+class TorchModule:
+    """A ``torch.nn.Module`` written in a module that imports no torch (a method's own network):
+    the class gets ``nn.Module`` behind it (:func:`behind`) when it is first instantiated, so its
+    ``__init__`` and ``forward`` read as an ``nn.Module``'s; their bodies import torch."""
+
+    def __new__(cls, *args, **kwargs):
+        from torch import nn
+
+        return object.__new__(cls if issubclass(cls, nn.Module) else behind(cls, nn.Module))
+
+# -- the training settings a method's code reads (MethodConfig.training_reads) -------------------
 
 
-# -- the methods' declarations (their implementations: cselab/training/methods/<module>.py) -----
+@functools.cache
+def _reads_of_class(cls: type) -> frozenset[str]:
+    """The training settings the source of ``cls`` (and the functions of its module it calls) reads."""
+    tree = _module_tree(cls.__module__)
+    node = _definition(tree, cls.__qualname__) if tree else None
+    if node is None:  # no source: a class typed into a prompt
+        return frozenset()
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    todo, seen, keys = [node], set(), set()
+    while todo:
+        node = todo.pop()
+        keys |= _training_reads(node)
+        called = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & functions.keys()
+        todo += [functions[name] for name in called - seen]
+        seen |= called
+    return frozenset(keys)
 
 
-class SimCSEConfig(MethodConfig):
-    """:class:`cselab.training.methods.simcse.SimCSE`'s declaration."""
-
-    name = "simcse"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        head: str = option("mlp", enum=list(HEADS))
-
-
-AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
-COMPOSE = ("z+", "z", "both")
-#: where the training head runs: on the aggregate (the paper and the authors' code) or on each
-#: part before aggregating (this project's first implementation, kept for comparison)
-HEAD_PLACEMENT = ("after_aggregation", "per_part")
-#: the unit the partition cuts: subword tokens of the tokenised sentence ("split the tokens of
-#: x_i in half", section 3), or whitespace words of the text, each part tokenised on its own
-PARTITION_UNITS = ("subword", "word")
-
-
-class CompCSEConfig(MethodConfig):
-    """:class:`cselab.training.methods.compcse.CompCSE`'s declaration."""
-
-    name = "compcse"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        partitions: int = option(2, minimum=2, maximum=4)
-        aggregation: str = option("avg", enum=list(AGGREGATIONS))
-        compose: str = option("z+", enum=list(COMPOSE))
-        d0: int | None = option(None, minimum=1)
-        head: str = option("mlp", enum=list(HEADS))
-        head_placement: str = option("after_aggregation", enum=list(HEAD_PLACEMENT))
-        partition_unit: str = option("subword", enum=list(PARTITION_UNITS))
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.aggregation == "concat_absdiff_project" and o.partitions != 2:
-            return "aggregation", "concat_absdiff_project is defined for partitions = 2 only"
+@functools.cache
+def _module_tree(name: str) -> ast.Module | None:
+    """The syntax tree of module ``name``'s source (parsed once), or None without one."""
+    try:
+        return ast.parse(inspect.getsource(sys.modules[name]))
+    except (KeyError, OSError, TypeError):
         return None
 
 
-AUGMENTS = ("replace", "insert", "delete", "all")
+def _definition(tree: ast.AST, qualname: str) -> ast.AST | None:
+    """The class (or function) ``qualname`` (``A.B``, ``f.<locals>.C``) defines in ``tree``: the last one of that name."""
+    node = tree
+    for part in qualname.split("."):
+        if part != "<locals>":
+            found = [n for n in ast.iter_child_nodes(node) if getattr(n, "name", None) == part
+                     and isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+            if not found:
+                return None
+            node = found[-1]
+    return node
 
 
-@dataclasses.dataclass
-class EditOptions:
-    """Options of the objectives that edit with a generator."""
-
-    mask_ratio: float = option(0.30, **RATIO)
-    generator: str | None = None
-    generator_stage: str = "infocse-pretrain"
-    augment: str = option("replace", enum=list(AUGMENTS))
-    edit_ratio: float = option(0.15, **RATIO)
-    views: int = option(2, **POSITIVE)
-
-
-class ConditionedConfig(MethodConfig):
-    """:class:`cselab.training.methods.diffcse.Conditioned`'s declaration."""
-
-    roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
+def _training_reads(tree: ast.AST) -> set[str]:
+    """Keys read of ``ctx.training`` (or of ``<x>.ctx.training``, or of a name bound to either) in ``tree``."""
+    aliases = {ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and _is_training(node.value, set()) for target in node.targets}
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_training(node.value, aliases):
+            keys.add(node.attr)
+        elif isinstance(node, ast.Subscript) and _is_training(node.value, aliases):
+            keys.add(_constant(node.slice))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and _is_training(node.args[0], aliases)):
+            keys.add(_constant(node.args[1]))
+    return keys - {None}
 
 
-class EditingConfig(ConditionedConfig):
-    """:class:`cselab.training.methods.diffcse.Editing`'s declaration."""
-
-    Options = EditOptions
-
-    @classmethod
-    def requires(cls, options):
-        return {} if options.generator else {"generator": options.generator_stage}
-
-
-class RTDConfig(EditingConfig):
-    """:class:`cselab.training.methods.diffcse.RTD`'s declaration."""
-
-    name = "rtd"
+def _is_training(node: ast.AST, aliases: set[str]) -> bool:
+    """Whether ``node`` is ``ctx.training``, ``<x>.ctx.training`` or one of ``aliases``."""
+    if isinstance(node, ast.Attribute) and node.attr == "training":
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "ctx") or (isinstance(owner, ast.Attribute)
+                                                                   and owner.attr == "ctx"):
+            return True
+    return bool(aliases) and isinstance(node, (ast.Name, ast.Attribute)) and ast.unparse(node) in aliases
 
 
-class ConditionalMLMConfig(ConditionedConfig):
-    """:class:`cselab.training.methods.diffcse.ConditionalMLM`'s declaration."""
-
-    name = "cmlm"
-
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = option(0.30, **RATIO)
-        views: int = option(2, **POSITIVE)
-
-
-class CorrectiveLMConfig(EditingConfig):
-    """:class:`cselab.training.methods.diffcse.CorrectiveLM`'s declaration."""
-
-    name = "corrective_lm"
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.augment != "replace":
-            return "augment", "the corrective LM recovers replaced tokens: only 'replace'"
-        return None
-
-
-USES = ("positive", "negative")
-
-
-class SimCSEEditsConfig(MethodConfig):
-    """:class:`cselab.training.methods.edits.SimCSEEdits`'s declaration."""
-
-    name = "simcse_edits"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        use: str = option("negative", enum=list(USES))
-        augment: str = option("replace", enum=list(AUGMENTS[:3]))
-        mask_ratio: float = option(0.15, **RATIO)
-        edit_ratio: float = option(0.15, **RATIO)
-        generator: str | None = None
-        generator_stage: str = "infocse-pretrain"
-        head: str = option("mlp", enum=list(HEADS))
-
-    @classmethod
-    def requires(cls, options):
-        return {} if options.generator else {"generator": options.generator_stage}
-
-
-ARTIFACT = "aux_network"      # the role under which InfoCSE's stage 2 receives stage 1's export
-
-
-class InfoCSEPretrainConfig(MethodConfig):
-    """:class:`cselab.training.methods.infocse.InfoCSEPretrain`'s declaration."""
-
-    name = "infocse_pretrain"
-    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
-    training_keys = ()  # the backbone's own forward only
-
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = option(0.15, **RATIO)
-        whole_word: bool = True
-        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
-        extra_layers: int = option(2, **POSITIVE)
-        mlm_weight: float = option(1.0, minimum=0)
-
-
-class InfoCSEMLMConfig(MethodConfig):
-    """:class:`cselab.training.methods.infocse.InfoCSEMLM`'s declaration."""
-
-    name = "infocse_mlm"
-    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
-    roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
-
-    @dataclasses.dataclass
-    class Options:
-        mask_ratio: float = option(0.4, **RATIO)
-        detach: bool = True
-        lower_dropout: bool = False
-        pretrained: bool = True
-        stage: str = "infocse-pretrain"
-        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
-        extra_layers: int = option(2, **POSITIVE)
-        extra_init: str = option("top", enum=["top", "random"])
-        views: int = option(2, **POSITIVE)
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.lower_dropout and not o.detach:
-            return "lower_dropout", "applies to the frozen copy (detach: true); without detach the copy trains"
-        return None
-
-    @classmethod
-    def requires(cls, options):
-        return {ARTIFACT: options.stage} if options.pretrained else {}
-
-
-CONTRASTIVE = ("infonce", "arccon", "mpt", "met", "mat")
-NON_CONTRASTIVE = ("barlowtwins", "vicreg", "mhe", "mhs")
-LOSSES = (*CONTRASTIVE, "paradigm", *NON_CONTRASTIVE)
-GD_REFERENCES = ("same_view", "positive")
-POSITIVES = ("both", "anchor")
-
-
-class ParadigmConfig(MethodConfig):
-    """:class:`cselab.training.methods.paradigm.Paradigm`'s declaration."""
-
-    name = "paradigm"
-    training_keys = ("temperature", "pooler", "unpadded")
-
-    @dataclasses.dataclass
-    class Options:
-        loss: str = option("paradigm", enum=list(LOSSES))
-        margin: float | None = option(None, minimum=0)
-        gd: bool | None = None
-        w: bool = False
-        r: bool = False
-        m: float = option(0.30, minimum=0)
-        tau: float = option(0.05, exclusiveMinimum=0)  # the weight temperature
-        power: int | None = option(None, minimum=0)
-        ratio: float = option(1.0, exclusiveMinimum=0)  # R scales the pull towards the positive
-        lam: float | None = option(None, minimum=0)
-        gd_reference: str = option("same_view", enum=list(GD_REFERENCES))
-        positive: str = option("both", enum=list(POSITIVES))
-        head: str = option("linear", enum=list(HEADS))
-        head_std: float = option(6e-3, exclusiveMinimum=0)
-        freeze_embeddings: bool = False
-
-        def __post_init__(self):
-            if self.gd is None:  # the paradigm's own loss is defined with gradient dissipation
-                self.gd = self.loss == "paradigm"
-
-    @classmethod
-    def validate_options(cls, o):
-        if o.loss in CONTRASTIVE and (o.gd or o.w or o.r):
-            return "loss", (f"{o.loss} is an effective loss: gd / w / r modify the paradigm loss and the "
-                            f"non-contrastive losses ({', '.join(NON_CONTRASTIVE)}) only")
-        return None
+def _constant(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None

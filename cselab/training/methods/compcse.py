@@ -10,17 +10,26 @@ InfoNCE, optionally on the first ``d0`` coordinates, then pulls ``z`` towards ``
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import dataclasses
+from typing import TYPE_CHECKING
 
 from cselab.errors import ConfigError
-from cselab.data.tokens import TokenizedCorpus, to_device
-from cselab.models.heads import init_linear, make_head
-from cselab.training.diagnostics import view_cosine
-from cselab.training.losses import info_nce
-from cselab.training.method_config import (  # noqa: F401 (the options' choices, declared there)
-    AGGREGATIONS, COMPOSE, HEAD_PLACEMENT, PARTITION_UNITS, CompCSEConfig)
-from cselab.training.methods import Method, Output, repeat_lengths
+from cselab.models.heads import HEADS, init_linear, make_head
+from cselab.training.methods import MethodConfig, Output, TorchModule, option, repeat_lengths
+
+if TYPE_CHECKING:
+    import torch
+
+    from cselab.data.tokens import TokenizedCorpus
+
+AGGREGATIONS = ("sum", "avg", "concat_halves", "concat_project", "concat_absdiff_project")
+COMPOSE = ("z+", "z", "both")
+#: where the training head runs: on the aggregate (the paper and the authors' code) or on each
+#: part before aggregating (this project's first implementation, kept for comparison)
+HEAD_PLACEMENT = ("after_aggregation", "per_part")
+#: the unit the partition cuts: subword tokens of the tokenised sentence ("split the tokens of
+#: x_i in half", section 3), or whitespace words of the text, each part tokenised on its own
+PARTITION_UNITS = ("subword", "word")
 
 
 def split_ids(ids: list[int], k: int) -> list[list[int]]:
@@ -51,6 +60,10 @@ def _cut(items: list, k: int) -> list[list]:
 def split_rows(corpus: TokenizedCorpus, k: int) -> TokenizedCorpus:
     """:func:`split_ids` over every row of a :class:`TokenizedCorpus` at once, vectorised:
     the ``k * N`` parts come part-major (part j of row i is row ``j * N + i``)."""
+    import torch
+
+    from cselab.data.tokens import TokenizedCorpus
+
     n_rows = len(corpus)
     starts, lengths = corpus.offsets[:-1], corpus.lengths
     content = (lengths - 2).clamp(min=0)
@@ -72,6 +85,10 @@ def split_rows(corpus: TokenizedCorpus, k: int) -> TokenizedCorpus:
 
 def split_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, k: int, pad_id: int) -> dict[str, torch.Tensor]:
     """Partition a padded batch; rows come part-major: part j of sentence i is row ``j * B + i``."""
+    import torch
+
+    from cselab.data.tokens import TokenizedCorpus
+
     lengths = attention_mask.sum(1).cpu()
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
     torch.cumsum(lengths, 0, out=offsets[1:])
@@ -81,10 +98,12 @@ def split_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, k: int, p
     return {key: value.to(input_ids.device) for key, value in out.items()}
 
 
-class Aggregator(nn.Module):
+class Aggregator(TorchModule):
     """Compose ``k`` part embeddings ``[k, B, d]`` into one ``[B, d]`` (CompCSE Table 3)."""
 
     def __init__(self, mode: str, k: int, dim: int, init_std: float = 0.02):
+        from torch import nn
+
         super().__init__()
         self.mode, self.k = mode, k
         if mode == "concat_project":
@@ -94,6 +113,8 @@ class Aggregator(nn.Module):
         init_linear(self, init_std)
 
     def forward(self, parts: torch.Tensor) -> torch.Tensor:
+        import torch
+
         if self.mode == "sum":
             return parts.sum(0)
         if self.mode == "avg":
@@ -108,7 +129,7 @@ class Aggregator(nn.Module):
         return self.proj(torch.cat([a, b, (a - b).abs()], dim=-1))
 
 
-class CompCSE(CompCSEConfig, Method):
+class CompCSE(MethodConfig):
     """Anchor ``z`` = full sentence; positive ``z+`` = the training head over the aggregate of the
     parts' raw [CLS] vectors.
 
@@ -118,6 +139,25 @@ class CompCSE(CompCSEConfig, Method):
     compositions), ``d0`` (InfoNCE on the first d0 coordinates only, DirectCLR), ``head``,
     ``head_placement`` and ``partition_unit`` (see :data:`HEAD_PLACEMENT`, :data:`PARTITION_UNITS`).
     """
+
+    name = "compcse"
+    training_keys = ("temperature", "pooler", "unpadded")
+
+    @dataclasses.dataclass
+    class Options:
+        partitions: int = option(2, minimum=2, maximum=4)
+        aggregation: str = option("avg", enum=list(AGGREGATIONS))
+        compose: str = option("z+", enum=list(COMPOSE))
+        d0: int | None = option(None, minimum=1)
+        head: str = option("mlp", enum=list(HEADS))
+        head_placement: str = option("after_aggregation", enum=list(HEAD_PLACEMENT))
+        partition_unit: str = option("subword", enum=list(PARTITION_UNITS))
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.aggregation == "concat_absdiff_project" and o.partitions != 2:
+            return "aggregation", "concat_absdiff_project is defined for partitions = 2 only"
+        return None
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -141,6 +181,10 @@ class CompCSE(CompCSEConfig, Method):
             self.parts = split_rows(corpus, k)
 
     def prepare(self, batch):
+        import torch
+
+        from cselab.data.tokens import to_device
+
         k, lengths = self.options.partitions, None
         if self.parts is None:  # no corpus attached: split the padded batch itself
             parts = split_batch(batch["input_ids"], batch["attention_mask"], k, self.ctx.tokenizer.pad_token_id)
@@ -167,6 +211,9 @@ class CompCSE(CompCSEConfig, Method):
         return [self.head(self.aggregate(parts[c])) for c in range(copies)]
 
     def forward(self, batch, shared):
+        from cselab.training.diagnostics import view_cosine
+        from cselab.training.losses import info_nce
+
         mode = self.options.compose
         if mode == "both":
             anchor, positive = self.compose(batch, copies=2)

@@ -27,23 +27,38 @@ original token at every position of the edited sentence with a copy mechanism).
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+import dataclasses
+from typing import TYPE_CHECKING
 
 from cselab.errors import ConfigError
-from cselab.models.masks import model_mask, sync_free
-from cselab.training import mlm
-from cselab.training.losses import fp32
-from cselab.training.method_config import (  # noqa: F401 (the options, declared there)
-    AUGMENTS, ConditionalMLMConfig, ConditionedConfig, CorrectiveLMConfig, EditingConfig, EditOptions, RTDConfig)
-from cselab.training.methods import Method, Output, primary_views
+from cselab.training.methods import POSITIVE, RATIO, MethodConfig, Output, option, primary_views
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from cselab.training import mlm
+
+AUGMENTS = ("replace", "insert", "delete", "all")
+
+
+@dataclasses.dataclass
+class EditOptions:
+    """Options of the objectives that edit with a generator."""
+
+    mask_ratio: float = option(0.30, **RATIO)
+    generator: str | None = None
+    generator_stage: str = "infocse-pretrain"
+    augment: str = option("replace", enum=list(AUGMENTS))
+    edit_ratio: float = option(0.15, **RATIO)
+    views: int = option(2, **POSITIVE)
 
 
 def load_generator(ctx, generator: str | None) -> mlm.MaskedLM:
     """The frozen generator: a masked LM's hub id or path, else the declared stage export; it must
     share the PLM's vocabulary."""
     from cselab.models.checkpoints import resolve_model
+    from cselab.training import mlm
 
     source = resolve_model(generator) if generator else ctx.artifacts["generator"]
     model = mlm.load_masked_lm(source)
@@ -68,6 +83,10 @@ class Editor:
         self.mask_ratio, self.augment, self.edit_ratio = mask_ratio, augment, edit_ratio
 
     def __call__(self, ids: torch.Tensor, attn: torch.Tensor):
+        import torch
+
+        from cselab.training import mlm
+
         masked, _ = mlm.mask_tokens(ids, attn, self.mask_ratio, self.tokenizer)
         with torch.no_grad():
             filled = self.generator(masked, attn).argmax(-1)
@@ -81,12 +100,16 @@ class Editor:
 
     def _kinds(self, n: int, device) -> torch.Tensor:
         """0 replace, 1 insert, 2 delete per row."""
+        import torch
+
         if self.augment == "all":
             return torch.randint(3, (n,)).to(device)
         return torch.full((n,), AUGMENTS.index(self.augment), device=device)
 
     def _edit_row(self, seq: list[int], kind: int) -> tuple[list[int], list[int]] | None:
         """One sentence inserted into or deleted from (None: keep its replacement)."""
+        import torch
+
         length = len(seq)
         body = list(range(1, length - 1))  # between [CLS] and [SEP]
         k = max(1, round(self.edit_ratio * len(body))) if body else 0
@@ -112,6 +135,8 @@ class Editor:
     def _insert_delete(self, ids, attn, replaced, replaced_labels, kinds):
         """Rows of kind insert / delete are rebuilt token by token (a small Python loop over the
         rows that need it; the replace rows keep the vectorised result)."""
+        import torch
+
         rows, labels = [], []
         for r in range(ids.size(0)):
             length = int(attn[r].sum())
@@ -135,10 +160,13 @@ class Editor:
         return edited, new_attn, new_labels
 
 
-class Conditioned(ConditionedConfig, Method):
+class Conditioned(MethodConfig):
     """Base of the objectives that read a sentence through a second copy of the PLM whose
     position-0 input is the view's sentence embedding (``projected`` from the primary): the copy
     is :attr:`discriminator`; :meth:`encode` runs it conditioned on ``h``."""
+
+    roles = ("auxiliary",)
+    training_keys = ()  # reads the primary's views
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -150,6 +178,8 @@ class Conditioned(ConditionedConfig, Method):
 
     def _condition(self, module, inputs, output):
         """Position 0 of the discriminator's embedding output becomes the sentence embedding."""
+        import torch
+
         if self._cls_input is None:
             return output
         return torch.cat([self._cls_input[:, None, :].to(output.dtype), output[:, 1:]], dim=1)
@@ -163,6 +193,8 @@ class Conditioned(ConditionedConfig, Method):
 
     def discriminate(self, ids: torch.Tensor, attention_mask: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """The discriminator's last hidden states with ``h`` as its position-0 input."""
+        from cselab.models.masks import model_mask
+
         self._cls_input = h
         try:
             return self.discriminator(input_ids=ids, attention_mask=model_mask(attention_mask)).last_hidden_state
@@ -172,12 +204,20 @@ class Conditioned(ConditionedConfig, Method):
     def views_at_natural_width(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's ids and mask once per view, at the batch's natural width (the draws, the
         generator and the losses never see padding added by pad_to_multiple_of / compile)."""
+        from cselab.training import mlm
+
         views = self.options.views
         return tuple(x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
 
 
-class Editing(EditingConfig, Conditioned):
+class Editing(Conditioned):
     """Base of the objectives that read generator edits (:class:`Editor`) of each view."""
+
+    Options = EditOptions
+
+    @classmethod
+    def requires(cls, options):
+        return {} if options.generator else {"generator": options.generator_stage}
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -186,7 +226,7 @@ class Editing(EditingConfig, Conditioned):
         self.editor = Editor(self.generator, ctx.tokenizer, o.mask_ratio, o.augment, o.edit_ratio)
 
 
-class RTD(RTDConfig, Editing):
+class RTD(Editing):
     """Conditional replaced-token detection (DiffCSE's auxiliary objective, weight lambda).
 
     Options: ``mask_ratio`` (0.30 BERT, 0.20 RoBERTa); ``generator`` (a masked LM's hub id or
@@ -197,7 +237,11 @@ class RTD(RTDConfig, Editing):
     as the authors' code.
     """
 
+    name = "rtd"
+
     def __init__(self, ctx):
+        from torch import nn
+
         super().__init__(ctx)
         self.rtd_head = nn.Linear(ctx.hidden_size, 2)
 
@@ -206,6 +250,11 @@ class RTD(RTDConfig, Editing):
         return {**batch, "rtd_input_ids": edited, "rtd_attention_mask": attn, "rtd_labels": labels}
 
     def forward(self, batch, shared):
+        import torch
+        import torch.nn.functional as F
+
+        from cselab.training.losses import fp32
+
         hidden = self.encode(batch["rtd_input_ids"], batch["rtd_attention_mask"], shared)
         logits = self.rtd_head(hidden)
         labels = batch["rtd_labels"]
@@ -219,7 +268,7 @@ class RTD(RTDConfig, Editing):
         return Output({"rtd": loss}, scalars)
 
 
-class ConditionalMLM(ConditionalMLMConfig, Conditioned):
+class ConditionalMLM(Conditioned):
     """DiffCSE Table 3's conditional MLM on the same sentence (Yang et al., 2020's CMLM with the
     sentence itself as context): the discriminator reads the view's masked sentence (BERT's
     80/10/10 at ``mask_ratio``) with the sentence embedding at position 0, and an MLM head (the
@@ -227,21 +276,34 @@ class ConditionalMLM(ConditionalMLMConfig, Conditioned):
     the masked positions. Options: ``mask_ratio`` (0.30, DiffCSE's; the paper does not state the
     variant's), ``views``."""
 
+    name = "cmlm"
+
+    @dataclasses.dataclass
+    class Options:
+        mask_ratio: float = option(0.30, **RATIO)
+        views: int = option(2, **POSITIVE)
+
     def __init__(self, ctx):
+        from cselab.training import mlm
+
         super().__init__(ctx)
         self.mlm_head = mlm.make_mlm_head(self.discriminator.config, ctx.model_dir)
 
     def prepare(self, batch):
+        from cselab.training import mlm
+
         ids, attn = self.views_at_natural_width(batch)
         masked, labels = mlm.mask_tokens(ids, attn, self.options.mask_ratio, self.ctx.tokenizer)
         return {**batch, "cmlm_input_ids": masked, "cmlm_attention_mask": attn, "cmlm_labels": labels}
 
     def forward(self, batch, shared):
+        from cselab.training import mlm
+
         hidden = self.encode(batch["cmlm_input_ids"], batch["cmlm_attention_mask"], shared)
         return Output({"cmlm": mlm.mlm_loss(self.mlm_head, hidden, batch["cmlm_labels"])})
 
 
-class CorrectiveLM(CorrectiveLMConfig, Editing):
+class CorrectiveLM(Editing):
     """DiffCSE Table 3's conditional corrective LM (COCO-LM, Meng et al., 2021): the discriminator
     reads the generator-edited sentence conditioned on the sentence embedding and recovers the
     original token at every real position with a copy mechanism: ``p(x) = p_copy 1[x = input] +
@@ -250,7 +312,19 @@ class CorrectiveLM(CorrectiveLMConfig, Editing):
     over the real positions after [CLS]. Options as :class:`RTD`'s (MLM replacement only; the
     paper states no mask ratio or lambda for the variant)."""
 
+    name = "corrective_lm"
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.augment != "replace":
+            return "augment", "the corrective LM recovers replaced tokens: only 'replace'"
+        return None
+
     def __init__(self, ctx):
+        from torch import nn
+
+        from cselab.training import mlm
+
         super().__init__(ctx)
         self.lm_head = mlm.make_mlm_head(self.discriminator.config, ctx.model_dir)
         self.copy_head = nn.Linear(ctx.hidden_size, 1)
@@ -261,6 +335,8 @@ class CorrectiveLM(CorrectiveLMConfig, Editing):
         return {**batch, "clm_input_ids": edited, "clm_attention_mask": attn, "clm_targets": ids}
 
     def forward(self, batch, shared):
+        from cselab.models.masks import sync_free
+
         edited, targets = batch["clm_input_ids"], batch["clm_targets"]
         hidden = self.encode(edited, batch["clm_attention_mask"], shared)
         where = batch["clm_attention_mask"].bool()
@@ -271,6 +347,11 @@ class CorrectiveLM(CorrectiveLMConfig, Editing):
 
     def losses(self, h, kept, targets, weight):
         """The copy and LM losses over the rows of ``h`` (each position weighted by ``weight`` if given)."""
+        import torch
+        import torch.nn.functional as F
+
+        from cselab.training.losses import fp32
+
         def mean(x):
             return x.mean() if weight is None else (x * weight).sum() / weight.sum()
 

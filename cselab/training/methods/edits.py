@@ -11,17 +11,16 @@ anchor's positive against the in-batch sentences of the same kind.
 
 from __future__ import annotations
 
-import torch
+import dataclasses
 
-from cselab.training import mlm
-from cselab.models.heads import make_head
-from cselab.training.losses import info_nce, info_nce_hard_negatives
-from cselab.training.method_config import USES, SimCSEEditsConfig  # noqa: F401 (the options, declared there)
-from cselab.training.methods import Method, Output, dropout_views
-from cselab.training.methods.diffcse import Editor, load_generator
+from cselab.models.heads import HEADS, make_head
+from cselab.training.methods import RATIO, MethodConfig, Output, dropout_views, option
+from cselab.training.methods.diffcse import AUGMENTS, Editor, load_generator
+
+USES = ("positive", "negative")
 
 
-class SimCSEEdits(SimCSEEditsConfig, Method):
+class SimCSEEdits(MethodConfig):
     """SimCSE with each sentence's edit as an extra positive or negative (DiffCSE Table 15).
 
     Options: ``use`` (``positive`` | ``negative``), ``augment`` (``replace``, ``insert`` or
@@ -29,6 +28,23 @@ class SimCSEEdits(SimCSEEditsConfig, Method):
     0.15), ``generator`` / ``generator_stage`` (the frozen masked LM that fills masks, as RTD's),
     ``head`` (SimCSE's ``mlp``).
     """
+
+    name = "simcse_edits"
+    training_keys = ("temperature", "pooler", "unpadded")
+
+    @dataclasses.dataclass
+    class Options:
+        use: str = option("negative", enum=list(USES))
+        augment: str = option("replace", enum=list(AUGMENTS[:3]))
+        mask_ratio: float = option(0.15, **RATIO)
+        edit_ratio: float = option(0.15, **RATIO)
+        generator: str | None = None
+        generator_stage: str = "infocse-pretrain"
+        head: str = option("mlp", enum=list(HEADS))
+
+    @classmethod
+    def requires(cls, options):
+        return {} if options.generator else {"generator": options.generator_stage}
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -39,6 +55,8 @@ class SimCSEEdits(SimCSEEditsConfig, Method):
         self.temperature = ctx.training.temperature
 
     def prepare(self, batch):
+        from cselab.training import mlm
+
         edited, attn, _ = self.editor(*mlm.natural(batch, "input_ids", "attention_mask"))
         # a replacement keeps every length; an insertion or deletion changes it (its rows were
         # rebuilt on the host anyway)
@@ -46,6 +64,10 @@ class SimCSEEdits(SimCSEEditsConfig, Method):
         return {**batch, "edit_input_ids": edited, "edit_attention_mask": attn, "edit_lengths": lengths}
 
     def forward(self, batch, shared):
+        import torch
+
+        from cselab.training.losses import info_nce, info_nce_hard_negatives
+
         u, v = dropout_views(self.ctx, self.head, batch, shared)
         e = self.head(self.ctx.encode(batch["edit_input_ids"], batch["edit_attention_mask"], batch.get("edit_lengths")))
         if self.options.use == "negative":

@@ -29,32 +29,36 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
+from typing import TYPE_CHECKING
 
-import torch
+from cselab.errors import ConfigError, ModelError
+from cselab.training.methods import POSITIVE, RATIO, MethodConfig, Output, TorchModule, option, primary_views
 
-from cselab.models.masks import model_mask
-from cselab.training import mlm
-from cselab.training.method_config import ARTIFACT, InfoCSEMLMConfig, InfoCSEPretrainConfig
-from cselab.training.methods import Method, Output, primary_views
+if TYPE_CHECKING:
+    import torch
 
+ARTIFACT = "aux_network"      # the role under which InfoCSE's stage 2 receives stage 1's export
 AUX_FILE, AUX_CONFIG = "infocse_aux.pt", "infocse_aux.json"
 
 
 def _lower(ctx, lower_layers: int | None) -> int:
+    from cselab.training import mlm
+
     n = len(mlm.layers(ctx.encoder.backbone))
     k = lower_layers or n // 2
     if k >= n:
-        from cselab.errors import ConfigError
-
         raise ConfigError(f"config key 'options.lower_layers': {k} is not below the backbone's {n} layers")
     return k
 
 
-class AuxNetwork(torch.nn.Module):
+class AuxNetwork(TorchModule):
     """The extra layers and the MLM head over ``[h ; lower states]``."""
 
     def __init__(self, backbone, extra_layers: int, model_dir=None, from_top: bool = False):
+        from cselab.training import mlm
+
         super().__init__()
         if from_top:  # copies of the backbone's upper layers (InfoCSE Table 4 "w/o pre-training")
             self.extra = copy.deepcopy(mlm.layers(backbone)[-extra_layers:])
@@ -64,11 +68,15 @@ class AuxNetwork(torch.nn.Module):
 
     def hidden(self, h: torch.Tensor, lower: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The extra layers' output over ``[h ; lower states after position 0]``."""
+        import torch
+
+        from cselab.training import mlm
+
         hidden = torch.cat([h[:, None, :].to(lower.dtype), lower[:, 1:]], dim=1)
         return mlm.run_layers(self.extra, hidden, attention_mask)
 
 
-class InfoCSEPretrain(InfoCSEPretrainConfig, Method):
+class InfoCSEPretrain(MethodConfig):
     """Stage 1: pretrain the auxiliary network together with the backbone (a pretraining stage).
 
     One masked input and one backbone forward per step: BERT's MLM reads the top layer; the
@@ -81,7 +89,21 @@ class InfoCSEPretrain(InfoCSEPretrainConfig, Method):
     large), ``extra_layers`` (2), ``mlm_weight`` (1.0: the paper's ``L_aux + L_mlm``).
     """
 
+    name = "infocse_pretrain"
+    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
+    training_keys = ()  # the backbone's own forward only
+
+    @dataclasses.dataclass
+    class Options:
+        mask_ratio: float = option(0.15, **RATIO)
+        whole_word: bool = True
+        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
+        extra_layers: int = option(2, **POSITIVE)
+        mlm_weight: float = option(1.0, minimum=0)
+
     def __init__(self, ctx):
+        from cselab.training import mlm
+
         super().__init__(ctx)
         backbone = ctx.encoder.backbone
         self.k = _lower(ctx, self.options.lower_layers)
@@ -96,12 +118,16 @@ class InfoCSEPretrain(InfoCSEPretrainConfig, Method):
         return [{"params": own, "lr": lr}]
 
     def prepare(self, batch):
+        from cselab.training import mlm
+
         ids, mask = mlm.natural(batch, "input_ids", "attention_mask")  # extra padding changes nothing
         ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_ratio, self.ctx.tokenizer,
                                       word_starts=self.word_starts)
         return {**batch, "mlm_input_ids": ids, "mlm_attention_mask": mask, "mlm_labels": labels}
 
     def forward(self, batch, shared):
+        from cselab.training import mlm
+
         mask, labels = batch["mlm_attention_mask"], batch["mlm_labels"]
         top, aux = self.ctx.run(self.masked_forward, batch["mlm_input_ids"], mask)
         terms = {"aux": mlm.mlm_loss(self.aux.head, aux, labels),
@@ -111,10 +137,16 @@ class InfoCSEPretrain(InfoCSEPretrainConfig, Method):
     def masked_forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The backbone's top layer and the auxiliary network's output over ``[h ; M^{>0}]``, ``h``
         the masked forward's top-layer [CLS] (the paper's 12-cls) and ``M`` its lower layer."""
+        from cselab.models.masks import model_mask
+
         out = self.ctx.encoder.backbone(input_ids=ids, attention_mask=model_mask(mask), output_hidden_states=True)
         return out.last_hidden_state, self.aux.hidden(out.last_hidden_state[:, 0], out.hidden_states[self.k], mask)
 
     def export(self, out_dir):
+        import torch
+
+        from cselab.training import mlm
+
         self.ctx.encoder.save(out_dir)
         state = {k: v for k, v in self.aux.state_dict().items() if k != "head.decoder.weight"}
         state["head.decoder.weight"] = self.aux.head.decoder.weight.detach().clone()  # stored untied
@@ -125,7 +157,7 @@ class InfoCSEPretrain(InfoCSEPretrainConfig, Method):
                                                       "mask_ratio": self.options.mask_ratio}))
 
 
-class InfoCSEMLM(InfoCSEMLMConfig, Method):
+class InfoCSEMLM(MethodConfig):
     """Stage 2: InfoCSE's auxiliary objective ``L_aux``, to be weighted by lambda beside a primary
     contrastive method (``methods.infocse`` in the config: SimCSE with the BatchNorm projector
     plus this at weight 1e-5).
@@ -143,7 +175,38 @@ class InfoCSEMLM(InfoCSEMLMConfig, Method):
     batch the primary encodes; each is masked and reconstructed).
     """
 
+    name = "infocse_mlm"
+    aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
+    roles = ("auxiliary",)
+    training_keys = ()  # reads the primary's views
+
+    @dataclasses.dataclass
+    class Options:
+        mask_ratio: float = option(0.4, **RATIO)
+        detach: bool = True
+        lower_dropout: bool = False
+        pretrained: bool = True
+        stage: str = "infocse-pretrain"
+        lower_layers: int | None = option(None, **POSITIVE)  # null: half the backbone
+        extra_layers: int = option(2, **POSITIVE)
+        extra_init: str = option("top", enum=["top", "random"])
+        views: int = option(2, **POSITIVE)
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.lower_dropout and not o.detach:
+            return "lower_dropout", "applies to the frozen copy (detach: true); without detach the copy trains"
+        return None
+
+    @classmethod
+    def requires(cls, options):
+        return {ARTIFACT: options.stage} if options.pretrained else {}
+
     def __init__(self, ctx):
+        import torch
+
+        from cselab.training import mlm
+
         super().__init__(ctx)
         o = self.options
         backbone = ctx.encoder.backbone
@@ -169,18 +232,20 @@ class InfoCSEMLM(InfoCSEMLMConfig, Method):
         trained = AutoModel.from_pretrained(stage_dir)
         missing, unexpected = self.ctx.encoder.backbone.load_state_dict(trained.state_dict(), strict=False)
         if [k for k in missing if "pooler" not in k] or unexpected:
-            from cselab.errors import ModelError
-
             raise ModelError(f"stage-1 export {stage_dir} does not match the PLM: missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]}")
 
     def prepare(self, batch):
+        from cselab.training import mlm
+
         views = self.options.views
         ids, mask = (x.repeat(views, 1) for x in mlm.natural(batch, "input_ids", "attention_mask"))
         ids, labels = mlm.mask_tokens(ids, mask, self.options.mask_ratio, self.ctx.tokenizer)
         return {**batch, "aux_input_ids": ids, "aux_attention_mask": mask, "aux_labels": labels}
 
     def forward(self, batch, shared):
+        from cselab.training import mlm
+
         h = primary_views(shared, "pooled", batch["aux_input_ids"].size(0), self.name, "pooled [CLS]",
                           self.options.views)
         hidden = self.ctx.run(self.aux_forward, batch["aux_input_ids"], batch["aux_attention_mask"], h)
@@ -188,6 +253,8 @@ class InfoCSEMLM(InfoCSEMLMConfig, Method):
 
     def aux_forward(self, ids: torch.Tensor, mask: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """The auxiliary network over ``[h ; its own lower layers' states of the masked view]``."""
+        import torch
+
         with torch.no_grad() if self.options.detach else contextlib.nullcontext():
             lower = self.lower(ids, mask)
         return self.aux.hidden(h, lower, mask)

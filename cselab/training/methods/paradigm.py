@@ -7,24 +7,28 @@ Table 5: +GD, +W, +R). The losses are in :mod:`cselab.training.losses`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+from cselab.models.heads import HEADS, make_head
+from cselab.training.methods import MethodConfig, Output, dropout_views, option
 
-from cselab.training import losses as L
-from cselab.models.heads import make_head
-from cselab.training.method_config import (  # noqa: F401 (the options' choices, declared there)
-    CONTRASTIVE, GD_REFERENCES, LOSSES, NON_CONTRASTIVE, POSITIVES, ParadigmConfig)
-from cselab.training.methods import Method, Output, dropout_views
+if TYPE_CHECKING:
+    import torch
 
+CONTRASTIVE = ("infonce", "arccon", "mpt", "met", "mat")
+NON_CONTRASTIVE = ("barlowtwins", "vicreg", "mhe", "mhs")
+LOSSES = (*CONTRASTIVE, "paradigm", *NON_CONTRASTIVE)
+GD_REFERENCES = ("same_view", "positive")
+POSITIVES = ("both", "anchor")
 #: the effective losses' margins (ArcCon in degrees, MAT in units of pi), the authors' defaults
 MARGINS = {"arccon": 10.0, "mpt": 0.23, "met": 0.45, "mat": 0.15}
 #: the non-contrastive losses' lambda in their original form (the authors' scripts); modified: 1
 LAMBDAS = {"barlowtwins": 30.0, "vicreg": 30.0, "mhe": 10.0, "mhs": 1.0}
 
 
-class Paradigm(ParadigmConfig, Method):
+class Paradigm(MethodConfig):
     """Two dropout views of each sentence through a training head, then the chosen ``loss``.
 
     Options: ``loss`` (:data:`LOSSES`); ``margin`` of an effective loss (default
@@ -41,6 +45,38 @@ class Paradigm(ParadigmConfig, Method):
     Scalars logged per window: see :meth:`statistics` (the paradigm's Figures 8 and 9).
     """
 
+    name = "paradigm"
+    training_keys = ("temperature", "pooler", "unpadded")
+
+    @dataclasses.dataclass
+    class Options:
+        loss: str = option("paradigm", enum=list(LOSSES))
+        margin: float | None = option(None, minimum=0)
+        gd: bool | None = None
+        w: bool = False
+        r: bool = False
+        m: float = option(0.30, minimum=0)
+        tau: float = option(0.05, exclusiveMinimum=0)  # the weight temperature
+        power: int | None = option(None, minimum=0)
+        ratio: float = option(1.0, exclusiveMinimum=0)  # R scales the pull towards the positive
+        lam: float | None = option(None, minimum=0)
+        gd_reference: str = option("same_view", enum=list(GD_REFERENCES))
+        positive: str = option("both", enum=list(POSITIVES))
+        head: str = option("linear", enum=list(HEADS))
+        head_std: float = option(6e-3, exclusiveMinimum=0)
+        freeze_embeddings: bool = False
+
+        def __post_init__(self):
+            if self.gd is None:  # the paradigm's own loss is defined with gradient dissipation
+                self.gd = self.loss == "paradigm"
+
+    @classmethod
+    def validate_options(cls, o):
+        if o.loss in CONTRASTIVE and (o.gd or o.w or o.r):
+            return "loss", (f"{o.loss} is an effective loss: gd / w / r modify the paradigm loss and the "
+                            f"non-contrastive losses ({', '.join(NON_CONTRASTIVE)}) only")
+        return None
+
     def __init__(self, ctx):
         super().__init__(ctx)
         o = self.options
@@ -52,6 +88,8 @@ class Paradigm(ParadigmConfig, Method):
         self.margin = o.margin if o.margin is not None else MARGINS.get(o.loss)
 
     def loss(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        from cselab.training import losses as L
+
         o = self.options
         if o.loss == "infonce":
             return L.info_nce(u, v, self.temperature)
@@ -68,7 +106,6 @@ class Paradigm(ParadigmConfig, Method):
         u, v = dropout_views(self.ctx, self.head, batch, shared)
         return Output({self.options.loss: self.loss(u, v)}, self.statistics(u.detach(), v.detach()))
 
-    @torch.no_grad()
     def statistics(self, u: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
         """Geometry of the batch that the paradigm's Figures 8 and 9 follow during training (no
         gradient, no host sync: every value stays a tensor).
@@ -86,7 +123,12 @@ class Paradigm(ParadigmConfig, Method):
         ``neg_angle_std`` of ``theta_ij`` over all ``B (B - 1)`` off-diagonal pairs (the sample
         standard deviation within the batch).
         """
-        with L.fp32(u.device):
+        import torch
+        import torch.nn.functional as F
+
+        from cselab.training.losses import fp32
+
+        with torch.no_grad(), fp32(u.device):
             un, vn = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)
             s = un @ vn.T
             n = s.size(0)
