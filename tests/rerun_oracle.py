@@ -167,7 +167,7 @@ def candidates(value: Any, schema: dict, siblings: list[Any]) -> list[Any]:
 def options_schema(full: dict, path: tuple) -> dict | None:
     """The schema of a method's options (its ``Options``) for a path under ``options`` of a
     method entry, an experiment or an auxiliary; None elsewhere."""
-    from cselab.training.method_config import find_config
+    from cselab.training.methods import find_config
 
     if "options" not in path[:-1]:
         return None
