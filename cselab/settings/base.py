@@ -157,9 +157,20 @@ def _required(cls: type) -> list[str]:
 
 
 def field_schema(f: dataclasses.Field, tp) -> dict:
+    """A field's schema: its annotation's type with its constraints. A :func:`setting` keeps its
+    constraints apart (its ``schema`` replaces the type); a plain dataclass field (a method's
+    option, a plugin kind's setting) gives them as ``metadata["schema"]`` beside its type."""
     meta = f.metadata
-    base = dict(meta["schema"]) if meta.get("schema") is not None else type_schema(tp)
-    out = _merge(base, meta.get("constraints", {}))
+    if "constraints" in meta:
+        base = dict(meta["schema"]) if meta.get("schema") is not None else type_schema(tp)
+        constraints = meta["constraints"]
+    else:
+        try:
+            base = type_schema(tp)
+        except TypeError:  # an annotation JSON has no type for (a union of two types): its constraints alone
+            base = {}
+        constraints = meta.get("schema") or {}
+    out = _merge(base, constraints)
     if meta.get("doc"):
         out["description"] = meta["doc"]
     return out

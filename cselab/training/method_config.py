@@ -39,16 +39,6 @@ def option(default: Any = None, **schema) -> Any:
 RATIO = {"exclusiveMinimum": 0, "exclusiveMaximum": 1}
 POSITIVE = {"minimum": 1}
 
-_JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null"}
-
-
-def _json_type(annotation: str) -> dict:
-    """An option's JSON type from its annotation (``int | None`` -> integer or null)."""
-    names = [part.strip() for part in str(annotation).split("|")]
-    types = [_JSON_TYPES[n] for n in names if n in _JSON_TYPES]
-    return {"type": types[0] if len(types) == 1 else types} if len(types) == len(names) else {}
-
-
 class MethodConfig:
     """A method (see the module docstring). ``Options`` is a dataclass of its config options; a
     subclass with a ``name`` registers itself."""
@@ -85,9 +75,9 @@ class MethodConfig:
     def options_schema(cls) -> dict:
         """``Options`` as a JSON schema: each field's type from its annotation plus what its
         :func:`option` declares (enum, bounds); no other keys."""
-        return {"type": "object", "additionalProperties": False,
-                "properties": {f.name: {**_json_type(f.type), **f.metadata.get("schema", {})}
-                               for f in dataclasses.fields(cls.Options)}}
+        from cselab.settings.base import schema_of
+
+        return schema_of(cls.Options)
 
     @classmethod
     def check_options(cls, options: dict, where: str = "options"):

@@ -27,7 +27,6 @@ from typing import Any, Callable, Mapping
 #: what a rule can read (``inputs``' values; the workflow maps each to its file), besides
 #: ``result:<name>``, another kind's result of the same experiment
 INPUTS = ("model", "trained_model", "senteval", "beir_dataset", "stsb_retrieval_dataset")
-_JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "None": "null"}
 
 
 @dataclass(frozen=True)
@@ -155,13 +154,7 @@ def result_files() -> dict[str, str]:
 
 def settings_schema(kind: EvaluationKind) -> dict:
     """A kind's settings dataclass as the JSON schema of ``evaluation.<name>``: each field's type
-    from its annotation plus its ``metadata["schema"]`` (enum, bounds); no other keys."""
-    def one(f) -> dict:
-        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        names = [part.strip() for part in annotation.split("|")]
-        types = [_JSON_TYPES[n] for n in names if n in _JSON_TYPES]
-        typed = {"type": types[0] if len(types) == 1 else types} if len(types) == len(names) else {}
-        return {**typed, **f.metadata.get("schema", {})}
+    from its annotation plus its constraints (:func:`cselab.settings.base.schema_of`); no other keys."""
+    from cselab.settings.base import schema_of
 
-    return {"type": "object", "additionalProperties": False,
-            "properties": {f.name: one(f) for f in dataclasses.fields(kind.settings)}}
+    return schema_of(kind.settings)
