@@ -207,13 +207,18 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
     write_config(workdir)
 
 
-def planned(workdir: Path, targets: list[str]) -> set[tuple[str, str]]:
-    """The jobs a dry run plans: (rule, its wildcards as Snakemake prints them)."""
+def planned(workdir: Path, targets: list[str]) -> set[tuple[str, tuple]]:
+    """The jobs a dry run plans: (rule, its wildcards as sorted (name, value) pairs)."""
     from cselab.pipeline.cost import parse_dry_run
 
     out = snakemake(workdir, "-n", "--", *targets).stdout
-    return {(j.rule, j.name) for j in parse_dry_run(out)} - {("all", "all")} if "Nothing to be done" not in out \
-        else set()
+    if "Nothing to be done" in out:
+        return set()
+    return {(j.rule, tuple(sorted(j.wildcards.items()))) for j in parse_dry_run(out)}
+
+
+def job(rule: str, **wildcards) -> tuple[str, tuple]:
+    return rule, tuple(sorted(wildcards.items()))
 
 
 def test_a_change_plans_exactly_the_jobs_it_affects(workflow_run):
@@ -225,23 +230,24 @@ def test_a_change_plans_exactly_the_jobs_it_affects(workflow_run):
     targets = [f"results/{t}.csv" for t in TABLES[:-1]]  # the methods table's experiments follow the settings
     trained = ["simcse-tiny-s42", "compcse-tiny-s42"]
     evals = [*EVALS, "evaluate_stsb_dev"]
+    snakemake(workdir, "--cores", "2", "--", *targets)  # up to date whatever the tests before changed
     assert planned(workdir, targets) == set()
     make_beir(workdir / "data" / "beir" / "toy2", n_docs=30, n_queries=5, seed=4)
     beir = {"datasets": ["toy", "toy2"], "chunk_size": 16, "k": 100, "max_len": 64}
     write_config(workdir, evaluation={"batch_size": 64, "transfer": {"mode": "fast"}, "beir": beir})
-    assert planned(workdir, targets) == {("prepare_beir", "dataset=toy2"), ("table", "table=table_beir"),
-                                         *(("evaluate_beir", f"dataset=toy2, exp={e}")
+    assert planned(workdir, targets) == {job("prepare_beir", dataset="toy2"), job("table", table="table_beir"),
+                                         *(job("evaluate_beir", dataset="toy2", exp=e)
                                            for e in ["untrained-tiny", *trained])}
     write_config(workdir)
     cfg = yaml.safe_load((workdir / "test.yaml").read_text())
     (workdir / "test.yaml").write_text(yaml.safe_dump({**cfg, "seeds": [42, 43]}))
     jobs = planned(workdir, targets)
-    assert {("train", "exp=simcse-tiny-s43"), ("train", "exp=compcse-tiny-s43")} <= jobs
-    assert {rule for rule, name in jobs if "-s43" not in name} == {"table"}
+    assert {job("train", exp="simcse-tiny-s43"), job("train", exp="compcse-tiny-s43")} <= jobs
+    assert {rule for rule, wc in jobs if not dict(wc).get("exp", "").endswith("-s43")} == {"table"}
     write_config(workdir, experiments={"simcse-tiny": {"plm": "tiny", "method": "simcse", "training": {"lr": 3e-4}}})
     jobs = planned(workdir, targets)
-    assert ("train", "exp=simcse-tiny-s42") in jobs and {r for r, _ in jobs} <= {"train", "table", *evals}
-    assert all("exp=simcse-tiny-s42" in name for rule, name in jobs if rule != "table"), jobs
+    assert job("train", exp="simcse-tiny-s42") in jobs and {r for r, _ in jobs} <= {"train", "table", *evals}
+    assert all(dict(wc).get("exp") == "simcse-tiny-s42" for rule, wc in jobs if rule != "table"), jobs
     quiet = {"training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4,
                           "log_steps": 1, "checkpoint_steps": 2, "compile": True, "dev_batch_size": 3,
                           "owner_wait_s": 5}, "mlflow": {"experiment_name": "another-name"},
@@ -289,3 +295,27 @@ def test_lint_is_clean():
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint", "-s", str(ROOT / "Snakefile")],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_the_readmes_commands_keep_evaluations_built_with_older_params(workflow_run):
+    """An evaluation built before its params took their present form (here: the metadata of
+    one STS result rewritten to an older form, the evaluation batch size and cache in its encoder
+    settings) plans a rerun; the README's two commands show that nothing else is out of date,
+    then mark exactly that job and the tables after it current, changing no result's content."""
+    import base64
+    import json
+
+    workdir, _ = workflow_run
+    result = "results/experiments/simcse-tiny-s42/sts.json"
+    meta = workdir / ".snakemake" / "metadata" / base64.urlsafe_b64encode(result.encode()).decode()
+    record = json.loads(meta.read_text())
+    record["params"] = ["'simcse-tiny-s42'", "{'pooler': 'cls', 'max_len': 512, 'batch_size': 64, 'cache': True}"]
+    meta.write_text(json.dumps(record))
+    targets = ["results/table1.csv"]
+    assert planned(workdir, targets) == {job("evaluate_sts", exp="simcse-tiny-s42"), job("table", table="table1")}
+    assert "Nothing to be done" in snakemake(workdir, "-n", "--rerun-triggers", "mtime", "input", "software-env",
+                                             "--", *targets).stdout
+    contents = {p: p.read_bytes() for p in (workdir / "results").rglob("*.json")}
+    snakemake(workdir, "--touch", "--cores", "1", "--", *targets)
+    assert planned(workdir, targets) == set()
+    assert {p: p.read_bytes() for p in (workdir / "results").rglob("*.json")} == contents
