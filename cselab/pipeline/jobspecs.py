@@ -48,10 +48,12 @@ def rules() -> list[str]:
 
 
 def spec_of(rule: str, cfg: dict, wildcards: Mapping[str, str], winner: Winner | None = None) -> dict:
-    """Rule ``rule``'s params for the job of ``wildcards``, checked canonical."""
+    """Rule ``rule``'s params for the job of ``wildcards``, checked canonical; computed once per
+    config and job (a rule's params are asked for name by name), and for a rule that shows a
+    sweep's winner once per winner too (a sweep that has run since changes the spec)."""
     names, fn, needs_winner = _SPECS[rule]
     key = tuple(sorted(wildcards.items()))
-    spec = canonical(fn(cfg, dict(key), winner), rule) if needs_winner else _cached(cfg, rule, key)
+    spec = _with_winners(cfg, rule, key, winner) if needs_winner else _cached(cfg, rule, key)
     missing = set(names) ^ set(spec)
     if missing:
         raise ValueError(f"the spec of rule {rule} has {sorted(spec)}, declared {sorted(names)}")
@@ -61,6 +63,32 @@ def spec_of(rule: str, cfg: dict, wildcards: Mapping[str, str], winner: Winner |
 @per_config
 def _cached(cfg: dict, rule: str, key: tuple) -> dict:
     return canonical(_SPECS[rule][1](cfg, dict(key)), rule)
+
+
+def _with_winners(cfg: dict, rule: str, key: tuple, winner: Winner | None) -> dict:
+    """The spec of a rule that reads sweeps' winners: reused while every winner it read is the same."""
+    held = _winner_specs(cfg, rule, key)
+    for asked, spec in held:
+        if all(_winner(winner, sweep) == found for sweep, found in asked.items()):
+            return spec
+    asked: dict = {}
+
+    def remembered(sweep: str):
+        asked[sweep] = _winner(winner, sweep)
+        return asked[sweep]
+
+    spec = canonical(_SPECS[rule][1](cfg, dict(key), remembered if winner else None), rule)
+    held.append((asked, spec))
+    return spec
+
+
+def _winner(winner: Winner | None, sweep: str):
+    return winner(sweep) if winner else None
+
+
+@per_config
+def _winner_specs(cfg: dict, rule: str, key: tuple) -> list:
+    return []
 
 
 def job_params(cfg: dict, rule: str, wildcards: Mapping[str, str], winner: Winner | None = None) -> dict:
@@ -98,27 +126,38 @@ def rule_params(rule: str, cfg: dict, winner: Winner | None = None) -> dict[str,
 
 
 def canonical(spec: dict, rule: str) -> dict:
-    """``spec`` in canonical form: tuples as lists, every value a string, finite number, boolean,
-    null, list or mapping; anything else is one ConfigError naming the rule and the setting.
-    Mappings keep their order (a figure's labels, a table's inputs: the output follows it; a
-    settings section's: the config's, as results built so far recorded it)."""
-    def walk(node: Any, where: str) -> Any:
-        if isinstance(node, Mapping):
-            bad = [k for k in node if not isinstance(k, str)]
-            if bad:
-                raise ConfigError(f"rule {rule}: setting '{where}' has the key {bad[0]!r}; keys are strings")
-            return {k: walk(v, f"{where}.{k}" if where else k) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            return [walk(v, f"{where}[{i}]") for i, v in enumerate(node)]
-        if isinstance(node, float) and not math.isfinite(node):
-            raise ConfigError(f"rule {rule}: setting '{where}' is {node}, which has no canonical form; give a "
-                              "finite number")
-        if node is not None and not isinstance(node, (str, int, float, bool)):
-            raise ConfigError(f"rule {rule}: setting '{where}' is a {type(node).__name__} ({node!r}), which has "
-                              "no canonical form; give a string, number, boolean, list or mapping")
-        return node
+    """``spec`` unchanged when it is canonical: every value a string, finite number, boolean,
+    null, list, tuple or mapping (mappings keep their order: a figure's labels, a table's inputs,
+    a settings section as results built so far recorded it); anything else is one ConfigError
+    naming the rule and the setting."""
+    try:
+        json.dumps(spec, allow_nan=False, default=_refuse)
+    except (TypeError, ValueError):
+        _explain(spec, rule, "")
+    return spec
 
-    return walk(spec, "")
+
+def _refuse(value):
+    raise TypeError(value)
+
+
+def _explain(node: Any, rule: str, where: str) -> None:
+    """Raise the ConfigError naming the first setting of ``node`` with no canonical form."""
+    if isinstance(node, Mapping):
+        bad = [k for k in node if not isinstance(k, str)]
+        if bad:
+            raise ConfigError(f"rule {rule}: setting '{where}' has the key {bad[0]!r}; keys are strings")
+        for k, v in node.items():
+            _explain(v, rule, f"{where}.{k}" if where else k)
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            _explain(v, rule, f"{where}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"rule {rule}: setting '{where}' is {node}, which has no canonical form; give a "
+                          "finite number")
+    elif node is not None and not isinstance(node, (str, int, float, bool)):
+        raise ConfigError(f"rule {rule}: setting '{where}' is a {type(node).__name__} ({node!r}), which has "
+                          "no canonical form; give a string, number, boolean, list or mapping")
 
 
 def serialized(spec: dict) -> str:
@@ -300,7 +339,7 @@ def _figure(cfg, wc):
 
     ids = targets.figure_experiments(cfg, wc["figure"])
     return {"figure": {"name": wc["figure"], **cfg["figures"][wc["figure"]]},
-            "labels": [[label, exp_id, f"exp{n}"] for n, (label, exp_id) in enumerate(ids.items())],
+            "labels": [(label, exp_id, f"exp{n}") for n, (label, exp_id) in enumerate(ids.items())],
             "values": targets.figure_values(cfg, wc["figure"]), "settings": encoder_spec(cfg)}
 
 
@@ -324,7 +363,7 @@ def _cost_plan(cfg, wc):
 def _mteb_results(cfg, wc):
     from cselab.pipeline import targets
 
-    return {"sources": [list(s) for s in targets.mteb_sources(cfg, wc["exp"])]}
+    return {"sources": targets.mteb_sources(cfg, wc["exp"])}
 
 
 @job_spec("mteb_check", "entries", "options", "settings", winner=True)
