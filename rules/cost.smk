@@ -11,7 +11,7 @@ rule cost_plan:
         csv=report(OUT.COST_PLAN_CSV, caption="../report/cost_plan.rst", category="Tables"),
         md=OUT.COST_PLAN_MD,
     params:
-        **JOBS.rule_params("cost_plan", CFG),
+        **JOBS.rule_params("cost_plan", CFG, per_job=False),
     log:
         OUT.job_log("cost_plan"),
     benchmark:

@@ -7,7 +7,7 @@ rule prepare_corpus:
         corpus=OUT.CORPUS,
         manifest=OUT.CORPUS_MANIFEST,
     params:
-        **JOBS.rule_params("prepare_corpus", CFG),
+        **JOBS.rule_params("prepare_corpus", CFG, per_job=False),
     log:
         OUT.job_log("prepare_corpus"),
     benchmark:
@@ -44,7 +44,7 @@ rule prepare_senteval:
     output:
         manifest=OUT.SENTEVAL_MANIFEST,
     params:
-        **JOBS.rule_params("prepare_senteval", CFG),
+        **JOBS.rule_params("prepare_senteval", CFG, per_job=False),
     log:
         OUT.job_log("prepare_senteval"),
     benchmark:
@@ -101,7 +101,7 @@ rule prepare_stsb_retrieval:
     output:
         manifest=OUT.STSB_RETRIEVAL_MANIFEST,
     params:
-        **JOBS.rule_params("prepare_stsb_retrieval", CFG),
+        **JOBS.rule_params("prepare_stsb_retrieval", CFG, per_job=False),
     log:
         OUT.job_log("prepare_stsb_retrieval"),
     benchmark:

@@ -19,7 +19,7 @@ rule segment_shard:
         spans=temp(OUT.SPANS_SHARD),
         record=temp(OUT.SPANS_SHARD_RECORD),
     params:
-        **JOBS.rule_params("segment_shard", CFG),
+        **JOBS.rule_params("segment_shard", CFG, per_job=False),
     wildcard_constraints:
         shard="[0-9]+-of-[0-9]+",
     log:
@@ -45,7 +45,7 @@ rule segment_corpus:
         spans=OUT.SPANS,
         stats=OUT.SPANS_STATS,
     params:
-        **JOBS.rule_params("segment_corpus", CFG),
+        **JOBS.rule_params("segment_corpus", CFG, per_job=False),
     log:
         OUT.job_log("segment_corpus"),
     benchmark:
@@ -66,7 +66,7 @@ rule subsample:
         corpus=OUT.SUBSAMPLED,
         stats=OUT.SUBSAMPLED_STATS,
     params:
-        **JOBS.rule_params("subsample", CFG),
+        **JOBS.rule_params("subsample", CFG, per_job=False),
     log:
         OUT.job_log("subsample", "{strategy}"),
     benchmark:

@@ -115,9 +115,12 @@ def _rule_suffix(group: str) -> str:
     return re.sub(r"\W", "_", group)
 
 
-def rule_params(rule: str, cfg: dict, winner: Winner | None = None) -> dict[str, Callable]:
-    """The ``params:`` of rule ``rule``: one function of the wildcards per name."""
+def rule_params(rule: str, cfg: dict, winner: Winner | None = None, per_job: bool = True) -> dict[str, Any]:
+    """The ``params:`` of rule ``rule``: one function of the wildcards per name; for a rule of
+    one job (``per_job`` False: no wildcards, no winner, no state of the folder) the values."""
     names = _SPECS[rule][0]
+    if not per_job:
+        return dict(spec_of(rule, cfg, {}, winner))
 
     def param(name: str) -> Callable:
         return lambda wc: spec_of(rule, cfg, dict(wc.items()), winner)[name]
@@ -182,16 +185,14 @@ def evaluation_spec(kind, cfg: dict, wildcards: Mapping[str, str], members: list
     return canonical(spec, kind.rule)
 
 
-def evaluation_params(kind, cfg: dict, members: list[str] | None = None) -> dict[str, Callable]:
-    """The ``params:`` of an evaluation rule, or of a shared-corpus job of ``members`` (see
-    :func:`rule_params`)."""
-    names = ["settings", "experiment", *kind.rule_params(cfg), *(["datasets"] if kind.per_dataset else [])]
-    group = tuple(members or ())
-
-    def param(name: str) -> Callable:
-        return lambda wc: _evaluation_cached(cfg, kind.name, tuple(sorted(wc.items())), group)[name]
-
-    return {name: param(name) for name in names}
+def evaluation_params(kind, cfg: dict, members: list[str] | None = None) -> dict[str, Any]:
+    """The ``params:`` of an evaluation rule, or of a shared-corpus job of ``members``: the spec
+    of :func:`evaluation_spec`, its experiment the ``{exp}`` wildcard and, for a job of one BEIR
+    dataset, its datasets a function of the ``{dataset}`` wildcard."""
+    spec = evaluation_spec(kind, cfg, {"exp": "{exp}", "dataset": "{dataset}"}, members)
+    if kind.per_dataset and not members:
+        spec["datasets"] = lambda wc: [wc.dataset]
+    return spec
 
 
 @per_config
