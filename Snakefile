@@ -11,14 +11,12 @@ from snakemake.utils import min_version
 min_version("9.0")
 sys.path.insert(0, workflow.basedir)  # the library (cselab/), also where it is not installed
 
-from cselab.pipeline.config import libyaml_configfiles, skip_collection_at_exit
+from cselab.pipeline.config import skip_collection_at_exit
 
-skip_collection_at_exit()  # 0.2-0.3 s less at the exit of every invocation
+skip_collection_at_exit()  # 0.7 s less at the exit of the paper config's dry run (12%, docs/scale.md)
 
 
-with libyaml_configfiles():  # the same config, parsed by libyaml: 0.15 s less in every dry run
-
-    configfile: f"{workflow.basedir}/config.yaml"
+configfile: f"{workflow.basedir}/config.yaml"
 
 
 report: "report/workflow.rst"

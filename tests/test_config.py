@@ -348,32 +348,6 @@ def test_a_bad_key_names_the_file_or_flag_that_set_it(tmp_path):
     assert "config key 'experiments.simcse-minilm.options.head'" in said and "[set in bad.yaml]" in said, said[-2000:]
 
 
-# -- the workflow's config.yaml through libyaml (Snakefile: libyaml_configfiles) ---------------------
-
-def test_libyaml_configfiles_read_what_snakemake_reads(tmp_path):
-    from snakemake.common import configfile as smk
-    from snakemake.exceptions import WorkflowError
-
-    original = smk._load_configfile
-    templated = tmp_path / "templated.yaml"
-    templated.write_text("__use_yte__: true\nn: ?1 + 1\n")
-    tagged = tmp_path / "tagged.yaml"
-    tagged.write_text("pair: !!python/tuple [1, 2]\n")
-    as_json = tmp_path / "plain.json"
-    as_json.write_text('{"a": {"b": [1, 2.5, null]}}')
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("a: [1, 2\n")
-    files = [ROOT / "config.yaml", ROOT / "configs/smoke.yaml", templated, tagged, as_json]
-    expected = [smk.load_configfile(str(path)) for path in files]
-    with cc.libyaml_configfiles():
-        assert smk._load_configfile is not original
-        assert [smk.load_configfile(str(path)) for path in files] == expected
-        assert expected[2] == {"n": 2}  # a yte template is still rendered by snakemake
-        with pytest.raises(WorkflowError, match="not valid JSON or YAML"):
-            smk.load_configfile(str(broken))
-    assert smk._load_configfile is original
-
-
 # -- the Snakefile's exit (skip_collection_at_exit) -----------------------------------------------
 
 def test_skip_collection_at_exit_loses_no_output_nor_status(tmp_path):

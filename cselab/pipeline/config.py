@@ -13,7 +13,6 @@ registered there is known to the whole workflow.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import importlib.util
@@ -38,45 +37,12 @@ CORPUS_FILENAMES = ("wiki1m_for_simcse.txt", "wiki1m_head.txt")
 SENTEVAL_DIRNAMES = ("senteval", "downstream")
 
 
-@contextlib.contextmanager
-def libyaml_configfiles():
-    """Within the block, Snakemake's ``configfile:`` reads a plain YAML file with libyaml's C
-    parser. Its own reader parses YAML in pure Python (through yte), 0.15 s of every dry run for
-    ``config.yaml`` alone. The result is the same dict: a file that is not ``.yaml``/``.yml``, a yte
-    template (``__use_yte__``), one with tags the safe loader refuses, or a Python built without
-    libyaml goes through Snakemake's reader unchanged, and so does every error message."""
-    import yaml
-    from snakemake.common import configfile as snakemake_configfile
-
-    original = getattr(snakemake_configfile, "_load_configfile", None)
-    loader = getattr(yaml, "CSafeLoader", None)
-    if original is None or loader is None:  # another Snakemake's internals, or no libyaml: its own reader
-        yield
-        return
-
-    def load(path, filetype="Config"):
-        if not isinstance(path, (str, Path)) or not str(path).endswith((".yaml", ".yml")):
-            return original(path, filetype)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = yaml.load(fh, Loader=loader)
-        except (OSError, ValueError, yaml.YAMLError):
-            return original(path, filetype)
-        return original(path, filetype) if isinstance(data, dict) and "__use_yte__" in data else data
-
-    snakemake_configfile._load_configfile = load
-    try:
-        yield
-    finally:
-        snakemake_configfile._load_configfile = original
-
-
 def skip_collection_at_exit() -> None:
     """At the interpreter's exit, before its modules are torn down, move every object still alive
     into the garbage collector's permanent generation (:func:`gc.freeze`), so that the final
     collections neither traverse nor free them. Snakemake's imports (pandas through the SLURM
     plugin, SQLAlchemy, pyarrow) leave 165,000 tracked objects at the end of the smoke sweep's dry
-    run, and the modules' reference cycles among them: 0.2-0.3 s of every invocation.
+    run, and the modules' reference cycles among them: 12% of the paper config's dry run (docs/scale.md).
 
     Nothing the run wrote is at stake: the exit handlers registered before this one (logging's
     flush and close, Snakemake's) still run after it; the exit status is untouched; objects are
