@@ -5,6 +5,9 @@ raises a :class:`CselabError` whose message names the culprit and the fix. Workf
 turn it into one clear line on stderr and a non-zero exit instead of a traceback.
 """
 
+import functools
+import json
+
 
 class CselabError(Exception):
     """An error caused by the user's input, with a message that says what to do."""
@@ -42,13 +45,22 @@ def check_schema(instance, schema: dict, where: str = "", context: str = "") -> 
     """Check ``instance`` (the value at config key ``where``) against ``schema``; raise
     :class:`ConfigError` naming the first offending key (the shallowest, then alphabetical),
     with ``context`` appended and a count of the problems left."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if validator.is_valid(instance):
+        return
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
         more = f" ({len(errors) - 1} more problem(s) after fixing this one)" if len(errors) > 1 else ""
         raise ConfigError(explain(errors[0], where) + (f" ({context})" if context else "") + more)
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema: str):
+    """jsonschema's validator of a schema (its JSON text), built once: a plan checks the same
+    method's options and figure kind's options many times."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(json.loads(schema))
 
 
 def _key(path, where: str = "") -> str:

@@ -271,8 +271,8 @@ def _subsample(cfg, wc):
 def _train(cfg, wc):
     from cselab.pipeline import experiments
 
-    spec = experiments.experiment_spec(cfg, wc["exp"])
-    return {"spec": spec, "artifacts": experiments.artifacts(spec)}
+    return {"spec": experiments.experiment_spec(cfg, wc["exp"]),
+            "artifacts": experiments.artifacts(experiments.typed_spec(cfg, wc["exp"]))}
 
 
 @job_spec("pretrain", "spec", "artifacts")
