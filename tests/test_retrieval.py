@@ -18,6 +18,7 @@ import pytest
 
 from cselab.errors import DataError
 from cselab.data.beir import beir_subsets, load_beir, prepare_beir, stsb_retrieval_dataset
+from tests.helpers import make_beir
 from cselab.evaluation.retrieval import doc_text, evaluate_retrieval, evaluate_run, retrieve, search
 from tests.helpers import find_shared_data
 
@@ -499,3 +500,17 @@ def test_shared_corpus_groups_reject_a_name_that_is_another_dataset():
         shared_corpus_groups({**beir, "shared_corpora": {"nq": ["fever", "climate-fever"]}})
     with pytest.raises(ValueError, match="'fever' is already in group"):
         shared_corpus_groups({**beir, "shared_corpora": {"fever": ["fever", "climate-fever"], "x": ["fever", "nq"]}})
+
+
+def test_a_corpus_gone_after_preparation_names_the_file_and_the_prepare_step(tmp_path):
+    """Not the split-dataset message: a dataset folder that still holds its queries is one dataset."""
+    from cselab.data.beir import corpus_chunks, load_beir
+
+    root = make_beir(tmp_path / "synth")
+    (root / "corpus.jsonl").unlink()
+    for read in (lambda: load_beir(root), lambda: list(corpus_chunks(root, 10))):
+        with pytest.raises(DataError) as e:
+            read()
+        message = str(e.value)
+        assert f"BEIR file {root / 'corpus.jsonl'} is missing" in message and "rule prepare_beir" in message
+        assert "sub-datasets" not in message

@@ -319,3 +319,23 @@ def test_the_readmes_commands_keep_evaluations_built_with_older_params(workflow_
     snakemake(workdir, "--touch", "--cores", "1", "--", *targets)
     assert planned(workdir, targets) == set()
     assert {p: p.read_bytes() for p in (workdir / "results").rglob("*.json")} == contents
+
+
+def test_a_deleted_experiment_is_named_with_the_command_that_retrains_it(workflow_run):
+    """Snakemake does not rebuild what is missing under a table that exists; the invocation says
+    so, naming the experiment and the targets that retrain it, and those targets do."""
+    import shutil
+
+    workdir, _ = workflow_run
+    folder = workdir / "results" / "experiments" / "simcse-tiny-s42"
+    aside = workdir / "simcse-aside"
+    shutil.move(folder, aside)
+    try:
+        proc = snakemake(workdir, "-n", "results/table1.csv")
+        assert "Nothing to be done" in proc.stdout
+        hint = [line for line in proc.stderr.splitlines() if "simcse-tiny-s42/ was deleted" in line]
+        assert len(hint) == 1 and "results/table1.csv" in hint[0], proc.stderr[-2000:]
+        command = hint[0].split("snakemake ... ")[1].split()
+        assert {rule for rule, _ in planned(workdir, command)} >= {"train", "evaluate_sts", "table"}
+    finally:
+        shutil.move(aside, folder)

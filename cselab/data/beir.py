@@ -156,6 +156,11 @@ def _is_dataset_dir(d: Path) -> bool:
     return (d / "corpus.jsonl").is_file() or (d / "queries.jsonl").is_file()
 
 
+#: what to do about a prepared BEIR file that is missing or damaged
+PREPARE_FIX = ("prepare the dataset again: snakemake --forcerun prepare_beir <target> (rule prepare_beir), "
+               "or fix the local copy under data.beir.path")
+
+
 def beir_subsets(root: str | Path) -> list[Path]:
     """The BEIR dataset folders under ``root``: ``[root]`` for an ordinary dataset, or the
     sub-datasets of a split one (cqadupstack: one folder per StackExchange forum, each a full
@@ -435,12 +440,11 @@ def corpus_chunks(root: str | Path, chunk_size: int) -> Iterator[tuple[list[str]
     """Stream ``root/corpus.jsonl`` as ``(ids, texts)`` slices of at most ``chunk_size``
     documents, texts as BEIR encodes them: ``(title + " " + text).strip()``."""
     path = Path(root) / "corpus.jsonl"
-    fix = "re-run the BEIR prepare step (delete its output first) or fix the local copy"
     if not path.is_file():
-        raise DataError(f"BEIR file {path} is missing; {fix}.")
+        raise DataError(f"BEIR file {path} is missing; {PREPARE_FIX}.")
     ids: list[str] = []
     texts: list[str] = []
-    for r in _iter_jsonl(path, "corpus", fix):
+    for r in _iter_jsonl(path, "corpus", PREPARE_FIX):
         ids.append(r["_id"])
         texts.append(doc_text(r))
         if len(ids) == chunk_size:
@@ -462,22 +466,22 @@ def load_beir(root: str | Path, split: str = "test") -> BeirData:
     :func:`beir_subsets`.
     """
     root = Path(root)
-    fix = "re-run the BEIR prepare step (delete its output first) or fix the local copy"
-    if not (root / "corpus.jsonl").is_file() and beir_subsets(root):
-        raise DataError(f"{root} holds several BEIR sub-datasets ({[p.name for p in beir_subsets(root)]}); "
+    subsets = beir_subsets(root)
+    if subsets and subsets != [root]:
+        raise DataError(f"{root} holds several BEIR sub-datasets ({[p.name for p in subsets]}); "
                         "load each one (cselab.data.beir.beir_subsets) and average their scores.")
     for rel in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (root / rel).is_file():
-            raise DataError(f"BEIR file {root / rel} is missing; {fix}.")
+            raise DataError(f"BEIR file {root / rel} is missing; {PREPARE_FIX}.")
     all_queries: dict[str, str] = {}
     exclude: dict[str, list[str]] = {}
-    for r in _iter_jsonl(root / "queries.jsonl", "queries", fix):
+    for r in _iter_jsonl(root / "queries.jsonl", "queries", PREPARE_FIX):
         all_queries[r["_id"]] = r["text"]
         ex = r["metadata"].get("exclude_ids")
         if ex:
             exclude[r["_id"]] = [str(x) for x in ex]
     qrels: dict[str, dict[str, int]] = {}
-    for _, qid, did, score in _iter_qrels(root / "qrels" / f"{split}.tsv", fix):
+    for _, qid, did, score in _iter_qrels(root / "qrels" / f"{split}.tsv", PREPARE_FIX):
         if qid in all_queries:
             qrels.setdefault(qid, {})[did] = score
     queries = {qid: all_queries[qid] for qid in qrels}

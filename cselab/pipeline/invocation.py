@@ -106,6 +106,8 @@ def set_up(run: Invocation, cfg: dict) -> None:
         check_corpus_source(cfg)
     if run.checks:
         set_aside_damaged_models(run.executing)
+        for hint in deleted_experiments(cfg):
+            print(f"cselab: {hint}", file=sys.stderr)
 
 
 def check_corpus_source(cfg: dict) -> None:
@@ -141,3 +143,25 @@ def set_aside_damaged_models(move: bool) -> list[Path]:
         os.rename(model, aside)
         print(f"cselab: {problem}; moved {model} to {aside}: rule train rebuilds it in this run", file=sys.stderr)
     return damaged
+
+
+def deleted_experiments(cfg: dict) -> list[str]:
+    """One hint per experiment whose folder was deleted under the tables built from it. Snakemake
+    rebuilds a missing file only where the target that needs it is out of date: a table that
+    exists is not, so the deleted runs would stay gone. Asking for the experiment's summary as a
+    target retrains it, and the tables follow."""
+    from cselab.pipeline import experiments, targets
+
+    tables: dict[str, list[str]] = {}
+    for table in cfg["tables"]:
+        built = outputs.path(outputs.TABLE_CSV, table=table)
+        if not Path(built).is_file():
+            continue
+        for exp_id in experiments.experiment_ids(cfg, targets.table_experiments(cfg, table)):
+            folder = Path(outputs.path(outputs.EXPERIMENT_DIR, exp=exp_id))
+            if experiments.is_trained(cfg, exp_id) and not folder.exists():
+                tables.setdefault(exp_id, []).append(built)
+    return [f"{outputs.path(outputs.EXPERIMENT_DIR, exp=exp_id)}/ was deleted, but {', '.join(built)} "
+            f"{'was' if len(built) == 1 else 'were'} built from it; Snakemake does not rebuild what is missing under "
+            f"a result that exists. To retrain it, add its summary to the targets: snakemake ... "
+            f"{outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id)} {' '.join(built)}" for exp_id, built in tables.items()]
