@@ -103,10 +103,61 @@ NOISY_LOGGERS = ("alembic", "mlflow", "urllib3", "httpx")
 
 
 def quiet_third_party_loggers() -> None:
+    """Third-party loggers at WARNING, and the libraries' progress bars off (Hugging Face's
+    "Loading weights" and "Writing model shards"): a job reports its own progress (:class:`Progress`)."""
     import logging
+    import sys
 
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when transformers and huggingface_hub load
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class Progress:
+    """A long loop's progress for a person: one line at its start, at most every ``every``
+    seconds, and at its end: ``<what>: <done> of <total> <unit> (p%), <rate>/s, elapsed, ETA``.
+    Written through ``log`` (the job's log file and stderr), plain lines that read the same in a
+    file and on a terminal."""
+
+    def __init__(self, log, what: str, total: int, unit: str, done: int = 0, every: float = 30.0):
+        import time
+
+        self.log, self.what, self.total, self.unit, self.every = log, what, max(1, int(total)), unit, every
+        self.start, self.first = time.monotonic(), done
+        self.last = self.start
+        self.done = done
+        self.log.info("%s: %s", what, self._line(done, 0.0))
+
+    def update(self, done: int) -> None:
+        import time
+
+        self.done = done
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.log.info("%s: %s", self.what, self._line(done, now - self.start))
+
+    def close(self) -> None:
+        import time
+
+        self.log.info("%s: %s", self.what, self._line(self.done, time.monotonic() - self.start, end=True))
+
+    def _line(self, done: int, elapsed: float, end: bool = False) -> str:
+        rate = (done - self.first) / elapsed if elapsed > 0 else 0.0
+        left = (self.total - done) / rate if rate > 0 else None
+        tail = "done" if end else f"ETA {_clock(left)}" if left is not None else "ETA unknown"
+        return (f"{done:,} of {self.total:,} {self.unit} ({100 * done / self.total:.0f}%), {rate:,.1f} {self.unit}/s, "
+                f"{_clock(elapsed)} elapsed, {tail}")
+
+
+def _clock(seconds: float | None) -> str:
+    """``h:mm:ss`` (``m:ss`` under an hour)."""
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

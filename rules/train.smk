@@ -20,10 +20,13 @@ rule train:
         OUT.job_benchmark("train", "{exp}")
     threads: 8
     resources:
-        mem_mb=32000,
+        # from the model and batch, for each of the node's training processes
+        mem_mb=lambda wc: cselab_experiments.training_mem_mb(typed_experiment_spec(wc.exp),
+                                                             training_world(exp=wc.exp)[0]),
         runtime=24 * 60,
-        # training.devices GPUs on each of training.nodes nodes (one torchrun process per GPU)
-        gpu=lambda wc: math.prod(training_world(exp=wc.exp)),
+        # training.devices GPUs on each of training.nodes nodes (one torchrun process per GPU);
+        # none on a machine without a GPU that runs its jobs itself (cselab.pipeline.invocation)
+        gpu=lambda wc: math.prod(training_world(exp=wc.exp)) if INVOCATION.gpus else 0,
         nodes=lambda wc: training_world(exp=wc.exp)[1],
     conda:
         "../envs/train.yaml"
@@ -47,9 +50,10 @@ rule pretrain:
         OUT.job_benchmark("pretrain", "{stage}/{plm}")
     threads: 8
     resources:
-        mem_mb=64000,
+        mem_mb=lambda wc: cselab_experiments.training_mem_mb(pretraining_spec(wc.stage, wc.plm),
+                                                             training_world(stage=wc.stage)[0]),
         runtime=48 * 60,
-        gpu=lambda wc: math.prod(training_world(stage=wc.stage)),
+        gpu=lambda wc: math.prod(training_world(stage=wc.stage)) if INVOCATION.gpus else 0,
         nodes=lambda wc: training_world(stage=wc.stage)[1],
     conda:
         "../envs/train.yaml"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import tempfile
@@ -130,7 +131,10 @@ def dry_run(snakemake: list[str], snakefile: str, config: dict, targets: list[st
         path.write_text(json.dumps(config, default=str))
         cmd = [*snakemake, "--snakefile", snakefile, "--configfile", str(path),
                *dry_run_args(targets, cores, from_scratch)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=workdir)
+        from cselab.pipeline.invocation import GPUS_ENV
+
+        env = {**os.environ, GPUS_ENV: "1"}  # a plan for GPU nodes, wherever it is made
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=workdir, env=env)
     if proc.returncode != 0:
         raise CselabError(f"cost plan: Snakemake's dry run of {' '.join(targets)} failed (exit {proc.returncode}):\n"
                           f"{(proc.stdout[-1500:] + proc.stderr[-2500:]).strip()}")

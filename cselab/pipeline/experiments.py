@@ -13,6 +13,7 @@ Every function here reads a config that :func:`cselab.pipeline.config.validate` 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Any
 
@@ -262,3 +263,24 @@ def training_file(training: Training) -> str:
     if holdout:
         return outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction=holdout)
     return outputs.CORPUS if strategy == "none" else outputs.path(outputs.SUBSAMPLED, strategy=strategy)
+
+
+def training_mem_mb(spec: ExperimentSpec | dict, processes: int = 1) -> int:
+    """The host memory a training job reserves (its ``mem_mb``), from its model and batch: 3 GB
+    for the process (Python, torch, the tokenised corpus), 16 bytes a parameter (weights,
+    gradients and Adam's two moments, all fp32, on the CPU) and the activations of one forward
+    (each view's rows x max_len x hidden x layers x 24 bytes; with ``chunk_size``, one chunk),
+    for each process; a model whose size is unknown: 32 GB."""
+    from cselab.errors import CselabError
+    from cselab.reporting.cost import model_shape
+
+    spec = ExperimentSpec.of(spec)
+    try:
+        shape = model_shape(spec.model)
+    except (CselabError, OSError, KeyError, TypeError, ValueError):
+        return 32000
+    t = spec.training
+    params = shape.nonembedding + (shape.vocab + shape.positions) * shape.hidden
+    rows = 3 * min(t.batch_size, t.chunk_size or t.batch_size)  # up to three views (CompCSE, the edits)
+    activations = rows * t.max_len * shape.hidden * shape.layers * 24
+    return int(math.ceil((3e9 + 16 * params + activations) * processes / 1e9)) * 1000

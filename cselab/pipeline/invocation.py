@@ -27,6 +27,8 @@ NO_JOB_FLAGS = ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--
                 "--delete-temp-output", "--conda-create-envs-only", "--containerize", "--archive", "--export-cwl")
 #: where the invocation's lock and state live
 STATE_DIR = ".snakemake/cselab"
+#: set to 1, training jobs ask for their GPUs whatever this machine has (the cost plan's dry run)
+GPUS_ENV = "CSELAB_GPUS"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Invocation:
     dry_run: bool
     no_jobs: bool
     forced_corpus: bool
+    gpus: bool = True
 
     @classmethod
     def of(cls, args: list[str], main: bool) -> "Invocation":
@@ -47,7 +50,7 @@ class Invocation:
                   for a in args)
         no_jobs = any(a.split("=")[0] in NO_JOB_FLAGS for a in args)
         forced = "prepare_corpus" in args or any(a in ("-F", "--forceall") for a in args)
-        return cls(tuple(args), main, dry, no_jobs, forced)
+        return cls(tuple(args), main, dry, no_jobs, forced, asks_for_gpus(args))
 
     @property
     def executing(self) -> bool:
@@ -59,6 +62,18 @@ class Invocation:
     def checks(self) -> bool:
         """It plans or runs: the checks before planning apply."""
         return self.main and not self.no_jobs
+
+
+def asks_for_gpus(args: list[str]) -> bool:
+    """Whether training jobs ask for GPUs (their ``gpu`` resource): where this machine has one (a
+    GPU node running its jobs itself), or where the command names an executor or a profile (a
+    cluster's: its jobs run on GPU nodes). A plain ``--cores`` run on a machine without a GPU
+    neither asks for nor shows one."""
+    import glob
+
+    named = any(a.split("=")[0] in ("--executor", "-e", "--profile", "--workflow-profile") for a in args)
+    planned = os.environ.get(GPUS_ENV) == "1"  # the cost plan's dry run prices GPU nodes
+    return named or planned or bool(os.environ.get("SNAKEMAKE_PROFILE")) or bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def config_sources(configfiles: list[str], given: list[str], overrides: dict) -> list[tuple[str, dict]]:

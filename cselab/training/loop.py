@@ -44,7 +44,7 @@ from torch.profiler import record_function
 from cselab.data.corpus import read_sentences
 from cselab.data.tokens import host_sum, to_device, tokenize_corpus
 from cselab.errors import DataError, NumericError
-from cselab.io import link_or_copy, open_atomic, write_json, write_with
+from cselab.io import Progress, link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import record_model_files, resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
@@ -488,6 +488,7 @@ class Trainer:
         # a pretraining stage is not scored (no dev_score; its spec has no eval_steps / eval_at_end)
         eval_steps, log_steps, every = t.eval_steps or 0, t.log_steps, t.checkpoint_steps
         window = Window.restore(s.window)
+        progress = Progress(log, f"training {self.spec.id}", sched.last, "steps", s.step) if self.main else None
         while s.epoch < t.epochs and s.step < sched.last:
             if s.order is None:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
@@ -495,6 +496,8 @@ class Trainer:
                 with record_function("cselab.step"), self.phase("train_steps"):  # the profiler's view of a step
                     self.guarded_step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
                 s.next_start += sched.batch_size
+                if progress:
+                    progress.update(s.step)
                 if s.step % log_steps == 0 or s.step == sched.last:
                     window = self.log_window(window)
                 if self.dev_score is not None and ((eval_steps and s.step % eval_steps == 0)
@@ -503,12 +506,16 @@ class Trainer:
                     self.encoder.train()
                     window.start = time.perf_counter() if window.steps == 0 else window.start
                 if s.step >= sched.last:
+                    if progress:
+                        progress.close()
                     return
                 self.stop_if_asked(checkpoints, window)
                 if checkpoints and every and s.step % every == 0:
                     with self.phase("checkpoint"):
                         self.checkpoint(checkpoints, window)
             s.epoch, s.order, s.next_start = s.epoch + 1, None, 0
+        if progress:
+            progress.close()
 
     def stop_if_asked(self, checkpoints: Checkpoints | None, window: Window) -> None:
         """After a step: on a stop signal (:mod:`cselab.training.preemption`; every process
