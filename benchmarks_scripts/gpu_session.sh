@@ -17,6 +17,8 @@ if ! python -c "import torch" 2>/dev/null; then  # a link to a virtual environme
     printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
     export PATH="/tmp/bin:$PATH"
 fi
+# cselab's console for Snakemake, from the checkout (nothing is pip-installed there)
+export PYTHONPATH="$PWD/plugins/snakemake-logger-plugin-cselab${PYTHONPATH:+:$PYTHONPATH}"
 acc=(python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size "$SIZE" --corpus "$data/wiki1m_head.txt")
 if [ "$DEVICE" = cuda ]; then small=64; large=512; chunks=(64 16 1024 128); else small=16; large=32; chunks=(16 4 32 4); fi
 case "$stage" in

@@ -109,26 +109,38 @@ def quiet_third_party_loggers() -> None:
     import sys
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when transformers and huggingface_hub load
+    if "huggingface_hub" in sys.modules:  # loaded already (by MLflow or a tokenizer): transformers asks it
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
     if "transformers" in sys.modules:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+#: ``extra=`` of a log record a person watching the console sees (a job's stderr shows these,
+#: warnings and nothing else; its log file shows every record)
+CONSOLE = {"console": True}
+
+
 class Progress:
     """A long loop's progress for a person: one line at its start, at most every ``every``
-    seconds, and at its end: ``<what>: <done> of <total> <unit> (p%), <rate>/s, elapsed, ETA``.
-    Written through ``log`` (the job's log file and stderr), plain lines that read the same in a
-    file and on a terminal."""
+    seconds, and at its end: ``<what>: <done> of <total> <unit> (p%), <rate>/s, elapsed, ETA``
+    (``total`` None: ``<done> <unit>``, no ETA). Written through ``log`` (the job's log file and
+    its console), plain lines that read the same in a file and on a terminal. ``lazy``: nothing
+    until the loop has run ``every`` seconds, so a short loop (an STS task's encoding) says nothing."""
 
-    def __init__(self, log, what: str, total: int, unit: str, done: int = 0, every: float = 30.0):
+    def __init__(self, log, what: str, total: int | None, unit: str, done: int = 0, every: float = 30.0,
+                 lazy: bool = False):
         import time
 
-        self.log, self.what, self.total, self.unit, self.every = log, what, max(1, int(total)), unit, every
+        self.log, self.what, self.unit, self.every = log, what, unit, every
+        self.total = None if total is None else max(1, int(total))
         self.start, self.first = time.monotonic(), done
         self.last = self.start
         self.done = done
-        self.log.info("%s: %s", what, self._line(done, 0.0))
+        self.said = not lazy
+        if not lazy:
+            self.log.info("%s: %s", what, self._line(done, 0.0), extra=CONSOLE)
 
     def update(self, done: int) -> None:
         import time
@@ -136,24 +148,28 @@ class Progress:
         self.done = done
         now = time.monotonic()
         if now - self.last >= self.every:
-            self.last = now
-            self.log.info("%s: %s", self.what, self._line(done, now - self.start))
+            self.last, self.said = now, True
+            self.log.info("%s: %s", self.what, self._line(done, now - self.start), extra=CONSOLE)
 
     def close(self) -> None:
         import time
 
-        self.log.info("%s: %s", self.what, self._line(self.done, time.monotonic() - self.start, end=True))
+        if self.said:
+            self.log.info("%s: %s", self.what, self._line(self.done, time.monotonic() - self.start, end=True),
+                          extra=CONSOLE)
 
     def _line(self, done: int, elapsed: float, end: bool = False) -> str:
         rate = (done - self.first) / elapsed if elapsed > 0 else 0.0
+        speed = f"{rate:,.1f} {self.unit}/s, {clock(elapsed)} elapsed"
+        if self.total is None:
+            return f"{done:,} {self.unit}, {speed}" + (", done" if end else "")
         left = (self.total - done) / rate if rate > 0 else None
-        tail = "done" if end else f"ETA {_clock(left)}" if left is not None else "ETA unknown"
-        return (f"{done:,} of {self.total:,} {self.unit} ({100 * done / self.total:.0f}%), {rate:,.1f} {self.unit}/s, "
-                f"{_clock(elapsed)} elapsed, {tail}")
+        tail = "done" if end else f"ETA {clock(left)}" if left is not None else "ETA unknown"
+        return f"{done:,} of {self.total:,} {self.unit} ({100 * done / self.total:.0f}%), {speed}, {tail}"
 
 
-def _clock(seconds: float | None) -> str:
-    """``h:mm:ss`` (``m:ss`` under an hour)."""
+def clock(seconds: float | None) -> str:
+    """``h:mm:ss`` (``m:ss`` under an hour; ``?`` unknown)."""
     if seconds is None:
         return "?"
     s = int(round(seconds))

@@ -10,13 +10,14 @@ import sys
 # the library is importable (the Snakefile puts workflow.basedir first on sys.path); the scripts
 # find it via workflow_scripts/cselab_path.py
 
-from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
+from snakemake.exceptions import IncompleteCheckpointException
 
 from cselab.data import beir as cselab_beir
 from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import experiments as cselab_experiments
 from cselab.pipeline import invocation as cselab_invocation
+from cselab.pipeline.invocation import UserError
 from cselab.pipeline import jobspecs as JOBS
 from cselab.pipeline import outputs as OUT
 from cselab.pipeline import targets as cselab_targets
@@ -32,7 +33,7 @@ try:
         workflow.config_settings.config))
     cselab_invocation.set_up(INVOCATION, CFG)
 except CselabError as e:
-    raise WorkflowError(str(e))
+    raise UserError(str(e))
 
 SPANS = CFG.get("spans", {})
 
@@ -50,11 +51,11 @@ wildcard_constraints:
 
 
 def cfg_call(fn, *args, **kwargs):
-    """A library call on the config, with a user error as one WorkflowError line."""
+    """A library call on the config, with a user error as one UserError line."""
     try:
         return fn(CFG, *args, **kwargs)
     except CselabError as e:
-        raise WorkflowError(str(e))
+        raise UserError(str(e))
 
 
 # What the rules' inputs and resources ask of the library (a job's params: cselab.pipeline.jobspecs);
@@ -74,7 +75,7 @@ def artifacts(spec):
     try:
         return cselab_config.artifacts(spec)
     except CselabError as e:
-        raise WorkflowError(str(e))
+        raise UserError(str(e))
 
 
 @functools.cache
@@ -96,7 +97,7 @@ def sweep_winner(name):
     try:
         return read_winner(csv)
     except (OSError, ValueError, KeyError) as e:
-        raise WorkflowError(f"sweep {name}: cannot read its winner from {csv}: {e}")
+        raise UserError(f"sweep {name}: cannot read its winner from {csv}: {e}")
 
 
 def training_inputs(spec):
@@ -140,9 +141,9 @@ onstart:
         if workflow.is_main_process:
             hold_invocation(cselab_invocation.STATE_DIR, os.environ.get(COMMAND_ENV))
     except CselabError as e:
-        raise WorkflowError(str(e))
+        raise UserError(str(e))
 
     try:  # an unreachable tracking server stops the workflow here, before any job
         init_store(resolve_tracking_uri(CFG), typed_config(CFG).mlflow.experiment_name)
     except CselabError as e:
-        raise WorkflowError(str(e))
+        raise UserError(str(e))

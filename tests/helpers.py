@@ -38,6 +38,18 @@ def find_shared_data() -> Path | None:
     return None
 
 
+#: Snakemake's frames a failed invocation's console must not show: cselab's console
+#: (cselab/pipeline/console.py) prints each failure as its message alone
+SNAKEMAKE_FRAMES = ("Traceback (most recent call last)", "RuleException", "CalledProcessError", "WorkflowError",
+                    'in file "')
+
+
+def clean_console(text: str, message: str) -> bool:
+    """A failed invocation's console shows ``message`` on one line, once, and none of Python's
+    or Snakemake's frames around it."""
+    return not any(frame in text for frame in SNAKEMAKE_FRAMES) and sum(message in x for x in text.splitlines()) == 1
+
+
 class LoopbackServer:
     """A ThreadingHTTPServer on 127.0.0.1 serving in-memory files.
 

@@ -6,6 +6,7 @@ re-run behaviour and the linter.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import make_beir, make_corpus, make_senteval, make_transfer
+from tests.helpers import clean_console, make_beir, make_corpus, make_senteval, make_transfer
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
@@ -77,6 +78,11 @@ def workflow_run(tmp_path_factory):
     return workdir, proc
 
 
+def fixture_log(workdir: Path) -> str:
+    """Snakemake's log of the fixture's run (the folder's first)."""
+    return sorted(workdir.glob(".snakemake/log/*.snakemake.log"))[0].read_text()
+
+
 def test_table1_has_expected_rows_and_columns(workflow_run):
     workdir, _ = workflow_run
     df = pd.read_csv(workdir / "results" / "table1.csv")
@@ -94,6 +100,35 @@ def test_table1_has_expected_rows_and_columns(workflow_run):
         assert curve["loss"].notna().sum() == 4 and curve["stsb_dev_spearman"].notna().sum() == 3
 
 
+def test_the_console_is_one_line_per_job_start_and_end(workflow_run):
+    """cselab's console (profiles/default, cselab/pipeline/console.py): the plan in one line,
+    a start and a done line per job, each training's progress, the files built and the MLflow
+    command at the end; Snakemake's job blocks stay in its log. Before the module's other runs,
+    which write results/progress.md again."""
+    workdir, proc = workflow_run
+    lines = proc.stderr.splitlines()
+    log = fixture_log(workdir)
+    jobs = log.count("\nrule ") + log.count("\nlocalrule ")
+    starts = [x for x in lines if "] start  " in x]
+    dones = [x for x in lines if "] done   " in x]
+    assert len(starts) == len(dones) == jobs > 10
+    assert any(" jobs to run: " in x for x in lines)
+    assert sum("train exp=simcse-tiny-s42: training: " in x for x in lines) == 2  # its start and end
+    assert f"{jobs} of {jobs} jobs)" in dones[-1]
+    assert "built: results/table" in lines[-3]
+    assert lines[-2] == "compare the runs: mlflow ui --backend-store-uri sqlite:///results/mlflow.db"
+    assert not any(x.startswith(("rule ", "    input:", "    output:", "Select jobs")) for x in lines)
+    trainings = sum("] start  train " in x for x in lines)
+    assert len(lines) <= 2 * jobs + 2 * trainings + 6  # a start and a done per job, two progress lines per training
+    # results/progress.md: per rule, Snakemake's own count of the invocation's jobs, all done
+    stats = dict(re.findall(r"^(\w+)\s+(\d+)$", log.split("Job stats:")[1].split("total")[0], re.M))
+    rows = [row.split(" | ") for row in (workdir / "results" / "progress.md").read_text().splitlines()
+            if row.startswith("| ") and not row.startswith("| rule")]
+    assert {r[0][2:]: r[1] for r in rows if r[0] != "| TOTAL"} == stats
+    assert all(r[1] == r[2] and r[3:6] == ["0", "0", "0"] for r in rows)
+    assert "ended, every job done" in (workdir / "results" / "progress.md").read_text()
+
+
 def test_mlflow_has_one_run_per_job(workflow_run):
     from mlflow.tracking import MlflowClient
 
@@ -101,6 +136,13 @@ def test_mlflow_has_one_run_per_job(workflow_run):
     client = MlflowClient(f"sqlite:///{workdir}/results/mlflow.db")
     exp = client.get_experiment_by_name("cselab-test")
     runs = client.search_runs([exp.experiment_id])
+    # the invocation's own run: its progress report's numbers (cselab/pipeline/console.py)
+    (invocation,) = [r for r in runs if r.data.tags["rule"] == "invocation"]
+    runs = [r for r in runs if r.data.tags["rule"] != "invocation"]
+    planned = int(re.search(r"^total\s+(\d+)$", fixture_log(workdir), re.M)[1])  # Snakemake's Job stats
+    assert invocation.data.metrics["jobs_planned"] == invocation.data.metrics["jobs_done"] == planned
+    assert invocation.data.metrics["jobs.train.done"] == 3 and invocation.data.metrics["jobs_failed"] == 0
+    assert [a.path for a in client.list_artifacts(invocation.info.run_id)] == ["progress.md"]
     by_rule = {}
     for run in runs:
         assert run.info.status == "FINISHED"
@@ -269,6 +311,12 @@ def test_bad_config_is_one_clear_message(workflow_run):
     write_config(workdir)
     assert proc.returncode != 0
     assert "unknown config key 'training.learnig_rate'" in proc.stdout + proc.stderr
+    assert clean_console(proc.stdout + proc.stderr, "unknown config key 'training.learnig_rate'"), proc.stderr
+    # the run's console (not a dry run) says the config message alone too
+    write_config(workdir, training={"learnig_rate": 1e-4})
+    run = snakemake(workdir, "--cores", "1", "results/table1.csv", check=False)
+    write_config(workdir)
+    assert run.returncode != 0 and clean_console(run.stderr, "unknown config key 'training.learnig_rate'"), run.stderr
 
 
 def test_adding_a_table_never_retrains(workflow_run):
@@ -289,6 +337,9 @@ def test_missing_data_is_one_clear_message(tmp_path, tiny_bert):
     assert proc.returncode != 0
     assert "cselab error in rule prepare_corpus:" in proc.stderr
     assert "corpus.txt" in proc.stderr
+    # once, with the job and its log, and none of Snakemake's or Python's frames
+    assert clean_console(proc.stderr, "cselab error in rule prepare_corpus:"), proc.stderr
+    assert "(job prepare_corpus; log logs/prepare_corpus.log)" in proc.stderr
 
 
 def test_lint_is_clean():

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from cselab.data.corpus import read_sentences
 from cselab.errors import ConfigError, DataError, ModelError
-from cselab.io import open_atomic, write_json
+from cselab.io import Progress, open_atomic, write_json
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc
@@ -43,7 +43,6 @@ CLAUSE_DEPS = frozenset({"advcl", "relcl", "ccomp", "csubj", "csubjpass", "parat
 PARTICIPLE_TAGS = frozenset({"VBG", "VBN"})
 VERBAL_POS = frozenset({"VERB", "AUX"})
 _LINKERS = frozenset({"cc", "preconj"})
-PROGRESS_EVERY = 10_000
 
 
 class Segmenter(Protocol):
@@ -335,13 +334,15 @@ def write_records(f, sentences: list[str], segmenter: Segmenter, first: int = 0)
     """Segment ``sentences`` and write one JSON line each to the text file ``f`` (``i`` counting
     from ``first``: the sentence's index in the whole corpus); return the histogram of unit counts."""
     hist: Counter[int] = Counter()
-    t0 = time.perf_counter()
+    progress = Progress(log, "segmenting", len(sentences), "sentences", lazy=True)  # a line only past 30 s
     for j, (text, units) in enumerate(zip(sentences, segmenter.segment(sentences), strict=True)):
         f.write(json.dumps({"i": first + j, "text": text, "n": len(units), "units": [list(u) for u in units]},
                            ensure_ascii=False) + "\n")
         hist[len(units)] += 1
-        if (j + 1) % PROGRESS_EVERY == 0:
-            log.info("segmented %d/%d sentences (%.0f/s)", j + 1, len(sentences), (j + 1) / (time.perf_counter() - t0))
+        if (j + 1) % 256 == 0:
+            progress.update(j + 1)
+    progress.update(len(sentences))
+    progress.close()
     return hist
 
 

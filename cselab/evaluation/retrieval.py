@@ -10,6 +10,7 @@ Quora), graded relevance is the qrel value (linear gain, ``log2(rank + 1)`` disc
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -19,6 +20,8 @@ import torch
 from cselab.data.beir import BeirData, beir_subsets, corpus_chunks, load_beir, stsb_retrieval_dataset
 from cselab.data.beir import doc_text  # noqa: F401  (BEIR's document text, where evaluators look for it)
 from cselab.errors import DataError
+
+log = logging.getLogger(__name__)
 
 SCORES = ("cos", "dot")
 EncodeIds = Callable[[list[str]], Any]
@@ -227,7 +230,7 @@ def search(
                                  query_block, device, precision)
     if top is None:
         return {}
-    _stream(chunks, encode_corpus_chunk, {"": top}, score)
+    _stream(chunks, encode_corpus_chunk, {"": top}, score, total=len(corpus_ids))
     return top.ranked(query_ids, corpus_ids)
 
 
@@ -251,14 +254,17 @@ def _query_topk(encode_queries, query_ids, k, chunk_size, score, exclude, ignore
 
 
 def _stream(chunks, encode_chunk: EncodeIds, tops: Mapping[str, RunningTopK], score: str,
-            ids: IdTable | None = None) -> int:
+            ids: IdTable | None = None, total: int | None = None) -> int:
     """Encode each ``(ids, what to encode, members)`` chunk once (``encode_chunk`` gets its ids,
     or its texts) and merge it into every query set's top-k (``members``: query set -> bool per
     document, None = every set); returns the documents encoded. ``ids`` records the stream's
-    document ids by position."""
+    document ids by position; a stream past 30 s logs its progress (``total`` documents, if known)."""
+    from cselab.io import Progress
+
     start = 0
     dev = next(iter(tops.values())).q.device
     dim = next(iter(tops.values())).q.shape[1]
+    progress = Progress(log, "searching the corpus", total, "documents", lazy=True)
     for chunk_ids, encoded, members in chunks:
         c = _as_matrix(encode_chunk(list(encoded)), len(chunk_ids), "encode_corpus_chunk", dim).to(dev)
         if score == "cos":
@@ -271,7 +277,9 @@ def _stream(chunks, encode_chunk: EncodeIds, tops: Mapping[str, RunningTopK], sc
         if ids is not None:
             ids.extend(chunk_ids)
         start += len(chunk_ids)
+        progress.update(start)
         del c
+    progress.close()
     return start
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,11 @@ import torch
 from torch import nn
 
 from cselab.data.tokens import host_max
+from cselab.io import Progress
 from cselab.models import unpadded
 from cselab.models.masks import model_mask
+
+log = logging.getLogger(__name__)
 
 POOLERS = ("cls", "avg")
 #: padded tokens per evaluation batch unless ``evaluation.max_tokens`` says otherwise
@@ -110,12 +114,15 @@ class SentenceEncoder(nn.Module):
         device = self.device
         amp = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                else contextlib.nullcontext())
+        progress = Progress(log, "encoding", len(ids), "sentences", lazy=True)  # a line only past 30 s
         with amp:
             for idx in token_batches([len(ids[i]) for i in order], batch_size, max_tokens):
                 rows = [order[i] for i in idx]
                 batch = self.pad([ids[i] for i in rows])
                 lengths = torch.tensor([len(ids[i]) for i in rows])
                 out[rows] = self(**batch, lengths=lengths).float().cpu().numpy()
+                progress.update(idx.stop)
+        progress.close()
         self.train(was_training)
         return out
 

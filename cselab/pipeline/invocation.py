@@ -3,7 +3,8 @@ config validated once (a bad key named with the file or flag that set it), what 
 line asks for (a dry run, no jobs at all, or a run), the invocation's id and command for its
 jobs' MLflow runs, the folder's lock, and the checks that keep a run from building on a changed
 corpus or a damaged model. Each raises :class:`~cselab.errors.CselabError` with one message; the
-glue turns it into Snakemake's ``WorkflowError``.
+glue turns it into :class:`UserError` (Snakemake's ``WorkflowError``, shown by the console as the
+message alone).
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 from cselab.errors import ConfigError, CselabError
-from cselab.pipeline import outputs
+from cselab.pipeline import console, outputs
 from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
+
+class UserError(WorkflowError):
+    """A user's mistake found while the workflow is read (a config value, a missing file): the
+    console (:mod:`cselab.pipeline.console`) shows its message alone, the log keeps where."""
+
 #: flags of an invocation that neither plans nor runs jobs (unlock, lint, reports, listings, DAG pictures)
-NO_JOB_FLAGS = ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--lt", "--summary", "-S",
-                "--detailed-summary", "-D", "--report", "--touch", "-t", "--dag", "--rulegraph", "--filegraph",
-                "--d3dag", "--cleanup-metadata", "--cm", "--list-changes", "--lc", "--delete-all-output",
-                "--delete-temp-output", "--conda-create-envs-only", "--containerize", "--archive", "--export-cwl")
+NO_JOB_FLAGS = console.NO_JOB_FLAGS
 #: where the invocation's lock and state live
 STATE_DIR = ".snakemake/cselab"
 #: set to 1, training jobs ask for their GPUs whatever this machine has (the cost plan's dry run)
@@ -113,6 +118,9 @@ def set_up(run: Invocation, cfg: dict) -> None:
     # with the submitting environment), and its command, which a model card quotes
     os.environ.setdefault(INVOCATION_ENV, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8])
     os.environ.setdefault(COMMAND_ENV, shlex.join(["snakemake", *run.args]))
+    os.environ[console.URI_ENV] = cfg["mlflow"]["tracking_uri"]  # the console's last line opens it,
+    os.environ[console.EXPERIMENT_ENV] = cfg["mlflow"]["experiment_name"]  # its invocation run goes there
+    os.environ[console.FALLBACK_ENV] = cfg["mlflow"]["fallback"]  # or where the jobs' runs fall back to
     if run.executing:  # a second invocation stops before it touches anything
         from cselab.pipeline.locks import hold_invocation
 

@@ -221,6 +221,9 @@ def init_store(uri: str, experiment_name: str) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from cselab.io import quiet_third_party_loggers
+
+    quiet_third_party_loggers()  # MLflow's "Creating initial MLflow database tables" stays off the console
     with _store_lock(uri), _readable_store(uri):
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment_name)

@@ -88,18 +88,38 @@ def set_threads(threads: int) -> None:
         sys.modules["torch"].set_num_threads(max(1, threads))
 
 
+#: a job's log file: every record in full
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def console_handler(smk) -> logging.Handler:
+    """The job's stderr, which the person at the console reads: progress lines and warnings,
+    each named by its job (``[12:03:41] train exp=...: ...``); Python's warnings and other
+    libraries' records go to the log file alone; errors reach the console once,
+    from the log, through Snakemake's console (:mod:`cselab.pipeline.console`)."""
+    from cselab.pipeline.console import job_label
+
+    handler = logging.StreamHandler(sys.stderr)
+    label = job_label(smk.rule, dict(getattr(smk, "wildcards", {}).items()))
+    handler.setFormatter(logging.Formatter(f"[%(asctime)s] {label}: %(message)s", datefmt="%H:%M:%S"))
+    handler.addFilter(lambda r: getattr(r, "console", False)
+                      or (r.levelno == logging.WARNING and r.name.startswith("cselab")))
+    return handler
+
+
 def main(smk, job: Callable) -> None:
     """Run ``job(smk)`` for a Snakemake ``script:``: log to the rule's log file, clear user errors;
     the last line of the log says how long the job's process took and whether it imported torch."""
     started = time.perf_counter()
     _CLOCK["start"] = process_seconds()  # interpreter, Snakemake's script preamble, the imports above
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers: list[logging.Handler] = [console_handler(smk)]
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
         Path(smk.log[0]).write_text("")  # a fresh log, then appended to by every writer (O_APPEND): the
         handlers.append(logging.FileHandler(smk.log[0], mode="a"))  # training processes of a job write there too
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        handlers=handlers, force=True)
+        handlers[-1].setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    logging.captureWarnings(True)
     quiet_third_party_loggers()
     set_threads(int(smk.threads))
     smk.cselab_job = job.__name__
@@ -114,13 +134,14 @@ def main(smk, job: Callable) -> None:
         log.info("rule %s done in %.1f s (this process; torch %s)", smk.rule, time.perf_counter() - started,
                  "imported" if "torch" in sys.modules else "not imported")
     except CselabError as e:
-        log.error("%s", e)
-        print(f"\ncselab error in rule {smk.rule}: {e}\n", file=sys.stderr)
+        log.error("%s", e)  # the console's one line for the failure quotes it from the log
         sys.exit(1)
     except Preempted as e:
         requeued = requeue_slurm_job()
         log.warning("rule %s %s%s", smk.rule, e, "; SLURM requeued the job" if requeued else "")
         sys.exit(REQUEUE_EXIT)
-    except BaseException:
-        log.exception("rule %s failed", smk.rule)  # the traceback in the job's log file too
+    except (KeyboardInterrupt, SystemExit):
         raise
+    except BaseException:
+        log.exception("rule %s failed", smk.rule)  # the traceback in the job's log; the console quotes its last line
+        sys.exit(1)
