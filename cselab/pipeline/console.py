@@ -378,8 +378,8 @@ class LogHandler(LogHandlerBase):
             if text:
                 self.stream.write(text + "\n")
                 self.stream.flush()
-            if self.tracks and self.console.rules and getattr(record, "event", None) is not None:
-                self.write_progress("running")
+            if self.tracks and self.console.jobs and getattr(record, "event", None) is not None:
+                self.write_progress("running")  # from the first job on (a plan stopped at its start writes none)
         except Exception:  # the console never stops a run
             self.handleError(record)
 
@@ -395,7 +395,7 @@ class LogHandler(LogHandlerBase):
 
     def close(self) -> None:
         """The invocation's end: the final report and its MLflow run (rule ``invocation``)."""
-        if not self.closed and self.tracks and self.console.rules:
+        if not self.closed and self.tracks and self.console.jobs:
             self.closed = True
             failed = sum(t.failed for t in self.console.rules.values())
             left = sum(t.left + t.running for t in self.console.rules.values())
