@@ -126,20 +126,20 @@ class Progress:
     """A long loop's progress for a person: one line at its start, at most every ``every``
     seconds, and at its end: ``<what>: <done> of <total> <unit> (p%), <rate>/s, elapsed, ETA``
     (``total`` None: ``<done> <unit>``, no ETA). Written through ``log`` (the job's log file and
-    its console), plain lines that read the same in a file and on a terminal. ``lazy``: nothing
-    until the loop has run ``every`` seconds, so a short loop (an STS task's encoding) says nothing."""
+    its console), plain lines that read the same in a file and on a terminal. ``lazy``: a step
+    inside a job whose own lines frame it (encoding, a corpus search): no start or end line, and
+    nothing before it has run ``lazy`` seconds, so a short loop says nothing."""
 
     def __init__(self, log, what: str, total: int | None, unit: str, done: int = 0, every: float = 30.0,
-                 lazy: bool = False):
+                 lazy: float | None = None):
         import time
 
-        self.log, self.what, self.unit, self.every = log, what, unit, every
+        self.log, self.what, self.unit, self.every, self.lazy = log, what, unit, every, lazy
         self.total = None if total is None else max(1, int(total))
         self.start, self.first = time.monotonic(), done
-        self.last = self.start
+        self.last = self.start + (lazy - every if lazy is not None else 0.0)
         self.done = done
-        self.said = not lazy
-        if not lazy:
+        if lazy is None:
             self.log.info("%s: %s", what, self._line(done, 0.0), extra=CONSOLE)
 
     def update(self, done: int) -> None:
@@ -148,13 +148,13 @@ class Progress:
         self.done = done
         now = time.monotonic()
         if now - self.last >= self.every:
-            self.last, self.said = now, True
+            self.last = now
             self.log.info("%s: %s", self.what, self._line(done, now - self.start), extra=CONSOLE)
 
     def close(self) -> None:
         import time
 
-        if self.said:
+        if self.lazy is None:
             self.log.info("%s: %s", self.what, self._line(self.done, time.monotonic() - self.start, end=True),
                           extra=CONSOLE)
 

@@ -77,6 +77,10 @@ def test_an_unexpected_exception_is_its_last_traceback_line(tmp_path):
                    "ZeroDivisionError: division by zero\n")
     assert console.failure_message([str(log)]) == "ZeroDivisionError: division by zero"
     assert console.failure_message([str(tmp_path / "missing.log")]).startswith("it ended without a message")
+    stopped = tmp_path / "stopped.log"
+    stopped.write_text("2026 cselab INFO step 3\n2026 cselab.pipeline WARNING rule train stopped by SIGTERM after "
+                       "step 39: a checkpoint holds the run\n")
+    assert console.failure_message([str(stopped)]) == "rule train stopped by SIGTERM after step 39: a checkpoint holds the run"
 
 
 def test_a_user_error_is_its_message_alone():
@@ -172,12 +176,12 @@ def test_the_progress_command_prints_the_report(tmp_path, capsys):
 def test_a_lazy_progress_says_nothing_for_a_short_loop_and_counts_without_a_total():
     lines = []
     sink = SimpleNamespace(info=lambda fmt, *args, **kw: lines.append(fmt % args))
-    short = Progress(sink, "encoding", 10, "sentences", lazy=True)
+    short = Progress(sink, "encoding", 10, "sentences", lazy=60.0)
     short.update(10)
     short.close()
-    assert lines == []  # an STS task's encoding: no line
-    long = Progress(sink, "searching the corpus", None, "documents", every=0.0, lazy=True)
+    assert lines == []  # a short encoding: no line, and no start or end line ever
+    long = Progress(sink, "searching the corpus", None, "documents", every=0.0, lazy=0.0)
     long.update(5)
     long.close()
-    assert [x.split(",")[0] for x in lines] == ["searching the corpus: 5 documents"] * 2
-    assert lines[-1].endswith(", done") and "ETA" not in lines[-1]
+    assert lines == [lines[0]] and lines[0].startswith("searching the corpus: 5 documents, ")
+    assert "ETA" not in lines[0] and "done" not in lines[0]

@@ -334,7 +334,7 @@ def write_records(f, sentences: list[str], segmenter: Segmenter, first: int = 0)
     """Segment ``sentences`` and write one JSON line each to the text file ``f`` (``i`` counting
     from ``first``: the sentence's index in the whole corpus); return the histogram of unit counts."""
     hist: Counter[int] = Counter()
-    progress = Progress(log, "segmenting", len(sentences), "sentences", lazy=True)  # a line only past 30 s
+    progress = Progress(log, "segmenting", len(sentences), "sentences", lazy=60.0)  # a line only past a minute
     for j, (text, units) in enumerate(zip(sentences, segmenter.segment(sentences), strict=True)):
         f.write(json.dumps({"i": first + j, "text": text, "n": len(units), "units": [list(u) for u in units]},
                            ensure_ascii=False) + "\n")

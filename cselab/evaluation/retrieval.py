@@ -258,13 +258,13 @@ def _stream(chunks, encode_chunk: EncodeIds, tops: Mapping[str, RunningTopK], sc
     """Encode each ``(ids, what to encode, members)`` chunk once (``encode_chunk`` gets its ids,
     or its texts) and merge it into every query set's top-k (``members``: query set -> bool per
     document, None = every set); returns the documents encoded. ``ids`` records the stream's
-    document ids by position; a stream past 30 s logs its progress (``total`` documents, if known)."""
+    document ids by position; a stream past a minute logs its progress (``total`` documents, if known)."""
     from cselab.io import Progress
 
     start = 0
     dev = next(iter(tops.values())).q.device
     dim = next(iter(tops.values())).q.shape[1]
-    progress = Progress(log, "searching the corpus", total, "documents", lazy=True)
+    progress = Progress(log, "searching the corpus", total, "documents", lazy=60.0)
     for chunk_ids, encoded, members in chunks:
         c = _as_matrix(encode_chunk(list(encoded)), len(chunk_ids), "encode_corpus_chunk", dim).to(dev)
         if score == "cos":

@@ -114,7 +114,7 @@ class SentenceEncoder(nn.Module):
         device = self.device
         amp = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                else contextlib.nullcontext())
-        progress = Progress(log, "encoding", len(ids), "sentences", lazy=True)  # a line only past 30 s
+        progress = Progress(log, "encoding", len(ids), "sentences", lazy=60.0)  # a line only past a minute
         with amp:
             for idx in token_batches([len(ids[i]) for i in order], batch_size, max_tokens):
                 rows = [order[i] for i in idx]

@@ -69,16 +69,18 @@ def clock(seconds: float) -> str:
 
 def failure_message(logs: list[str]) -> str:
     """A failed job's own message, from its log: the last error the job logged (a user error's
-    one line), or a traceback's last line (an unexpected exception)."""
+    one line), or a traceback's last line (an unexpected exception), else its last warning (a
+    job stopped by a signal says where it stopped)."""
     for path in logs:
         try:
             lines = Path(path).read_text(errors="replace").splitlines()
         except OSError:
             continue
-        errors = [i for i, line in enumerate(lines) if " ERROR " in line]
+        level = " ERROR " if any(" ERROR " in line for line in lines) else " WARNING "
+        errors = [i for i, line in enumerate(lines) if level in line]
         if not errors:
             continue
-        first = lines[errors[-1]].split(" ERROR ", 1)[1]
+        first = lines[errors[-1]].split(level, 1)[1]
         rest = [line for line in lines[errors[-1] + 1:] if line.strip()]
         if rest and rest[0].startswith("Traceback"):
             return rest[-1].strip()

@@ -488,7 +488,8 @@ class Trainer:
         # a pretraining stage is not scored (no dev_score; its spec has no eval_steps / eval_at_end)
         eval_steps, log_steps, every = t.eval_steps or 0, t.log_steps, t.checkpoint_steps
         window = Window.restore(s.window)
-        progress = Progress(log, "training", sched.last, "steps", s.step) if self.main else None
+        # a line every 20 s: with a step and an STS-B dev check between two, at most ~30 s apart
+        progress = Progress(log, "training", sched.last, "steps", s.step, every=20.0) if self.main else None
         while s.epoch < t.epochs and s.step < sched.last:
             if s.order is None:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
