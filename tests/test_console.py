@@ -90,8 +90,10 @@ def test_a_user_error_is_its_message_alone():
     rec = record(LogEvent.ERROR, level=logging.ERROR, exception=console.USER_ERROR, msg=text)
     assert c.line(rec) == "invalid configuration: config key 'training.lr': must be a number"
     from cselab.pipeline.invocation import UserError
+    from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
     assert UserError.__name__ == console.USER_ERROR
+    assert (console.COMMAND_ENV, console.INVOCATION_ENV) == (COMMAND_ENV, INVOCATION_ENV)  # its own copies
 
 
 def test_a_jobs_stderr_shows_its_progress_and_warnings_named_by_the_job(capsys):

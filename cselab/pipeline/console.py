@@ -35,6 +35,9 @@ from snakemake_interface_logger_plugins.settings import LogHandlerSettingsBase
 URI_ENV = "CSELAB_TRACKING_URI"
 EXPERIMENT_ENV = "CSELAB_MLFLOW_EXPERIMENT"
 FALLBACK_ENV = "CSELAB_MLFLOW_FALLBACK"
+#: the invocation's command and id (cselab.pipeline.tracking's COMMAND_ENV and INVOCATION_ENV: this
+#: file imports nothing of cselab, tests/test_console.py holds them equal)
+COMMAND_ENV, INVOCATION_ENV = "CSELAB_COMMAND", "CSELAB_INVOCATION"
 #: the invocation's progress, in the working folder (kept while jobs run, final at its end)
 PROGRESS_MD = "results/progress.md"
 #: the cost plan whose estimates stand beside the hours spent (rule cost_plan, docs/cost.md)
@@ -366,7 +369,7 @@ class LogHandler(LogHandlerBase):
         self.tracks = not s.dryrun  # a run keeps results/progress.md and logs its MLflow run
         self.console = Console()
         self.stream = sys.stdout if s.stdout else sys.stderr
-        self.closed, self.folder = False, None
+        self.closed, self.folder, self.plan = False, None, None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -386,13 +389,15 @@ class LogHandler(LogHandlerBase):
             self.handleError(record)
 
     def write_progress(self, state: str) -> None:
-        command = os.environ.get("CSELAB_COMMAND") or "snakemake " + " ".join(sys.argv[1:])
+        command = os.environ.get(COMMAND_ENV) or "snakemake " + " ".join(sys.argv[1:])
         if self.folder is None:  # the workflow's folder (--directory), where Snakemake works once it plans
             self.folder = Path.cwd()
         path = self.folder / PROGRESS_MD
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".md.tmp")
-        tmp.write_text(progress_markdown(self.console, command, state, cost_plan_per_job()))
+        if self.plan is None:  # read once per invocation, not at every job's event
+            self.plan = cost_plan_per_job(self.folder / COST_PLAN_CSV)
+        tmp.write_text(progress_markdown(self.console, command, state, self.plan))
         tmp.replace(path)
 
     def close(self) -> None:
@@ -423,7 +428,7 @@ class LogHandler(LogHandlerBase):
             uri = f"sqlite:///{self.folder / uri[len('sqlite:///'):]}"  # the workflow folder's store, wherever this is
         with mlflow_run(uri=uri, experiment_name=os.environ.get(EXPERIMENT_ENV, "cselab"), rule="invocation",
                         fallback=os.environ.get(FALLBACK_ENV, "none"),
-                        label=os.environ.get("CSELAB_INVOCATION", "invocation"), source="Snakefile") as run:
+                        label=os.environ.get(INVOCATION_ENV, "invocation"), source="Snakefile") as run:
             run.log_metrics(progress_metrics(self.console))
             run.log_artifact(self.folder / PROGRESS_MD)
 
