@@ -120,13 +120,20 @@ def quiet_third_party_loggers() -> None:
 #: ``extra=`` of a log record a person watching the console sees (a job's stderr shows these,
 #: warnings and nothing else; its log file shows every record)
 CONSOLE = {"console": True}
+#: ``extra=`` of a progress record for a terminal's updating line alone (never in a log file)
+LIVE = {"console": True, "live": True}
+#: seconds between a :class:`Progress`'s updates of a terminal's one updating line; None (the
+#: default): no such updates. A job whose stderr is a terminal sets it
+#: (:func:`cselab.pipeline.jobs.console_handler`)
+live_every: float | None = None
 
 
 class Progress:
     """A long loop's progress for a person: one line at its start, at most every ``every``
     seconds, and at its end: ``<what>: <done> of <total> <unit> (p%), <rate>/s, elapsed, ETA``
     (``total`` None: ``<done> <unit>``, no ETA). Written through ``log`` (the job's log file and
-    its console), plain lines that read the same in a file and on a terminal. ``lazy``: a step
+    its console), plain lines that read the same in a file and on a terminal; a terminal's line is
+    also updated in place every :data:`live_every` seconds between them. ``lazy``: a step
     inside a job whose own lines frame it (encoding, a corpus search): no start or end line, and
     nothing before it has run ``lazy`` seconds, so a short loop says nothing."""
 
@@ -137,6 +144,7 @@ class Progress:
         self.log, self.what, self.unit, self.every, self.lazy = log, what, unit, every, lazy
         self.total = None if total is None else max(1, int(total))
         self.start, self.first = time.monotonic(), done
+        self.live = self.start
         self.last = self.start + (lazy - every if lazy is not None else 0.0)
         self.done = done
         if lazy is None:
@@ -148,8 +156,12 @@ class Progress:
         self.done = done
         now = time.monotonic()
         if now - self.last >= self.every:
-            self.last = now
+            self.last = self.live = now
             self.log.info("%s: %s", self.what, self._line(done, now - self.start), extra=CONSOLE)
+        elif live_every is not None and now - self.live >= live_every and (
+                self.lazy is None or now - self.start >= self.lazy):
+            self.live = now  # a terminal's updating line between the plain lines
+            self.log.info("%s: %s", self.what, self._line(done, now - self.start), extra=LIVE)
 
     def close(self) -> None:
         import time

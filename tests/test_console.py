@@ -3,6 +3,7 @@ of Snakemake's records becomes, a failed job's message read from its log, a user
 Snakemake's frame, and a job's stderr (progress and warnings only). The console of real runs:
 tests/test_workflow.py and tests/test_faults.py."""
 
+import io
 import logging
 import subprocess
 import sys
@@ -117,6 +118,67 @@ def test_a_jobs_stderr_shows_its_progress_and_warnings_named_by_the_job(capsys):
         "train exp=simcse-s1: training: 0 of 10 steps (0%), 0.0 steps/s, 0:00 elapsed, ETA unknown",
         "train exp=simcse-s1: training: 0 of 10 steps (0%), 0.0 steps/s, 0:00 elapsed, done"]
     assert CONSOLE == {"console": True}
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_one_updating_progress_line_and_the_log_file_plain_lines(tmp_path, monkeypatch):
+    """On a terminal a job's progress is one line rewritten in place (between the plain lines too),
+    a warning ends it, and Snakemake's console's next line replaces it; the log file and a
+    stderr that is no terminal get the plain lines alone."""
+    import cselab.io
+    from cselab.pipeline.jobs import log_file_handler
+
+    monkeypatch.setattr(cselab.io, "live_every", None)  # as it was, after the test
+    smk = SimpleNamespace(rule="train", wildcards={"exp": "simcse-s1"})
+    term, pipe = Terminal(), io.StringIO()
+    handlers = [console_handler(smk, term), console_handler(smk, pipe), log_file_handler(tmp_path / "job.log")]
+    assert cselab.io.live_every == 2.0  # set by the terminal's handler
+    monkeypatch.setattr(cselab.io, "live_every", 0.0)
+    root, logger = logging.getLogger(), logging.getLogger("cselab.test_console")
+    level, root.level = root.level, logging.INFO
+    for h in handlers:
+        root.addHandler(h)
+    try:
+        progress = Progress(logger, "training", 10, "steps", every=3600.0)
+        progress.update(5)
+        logger.warning("a warning")
+        progress.update(6)
+        progress.close()
+    finally:
+        for h in handlers:
+            root.removeHandler(h)
+            h.close()
+        root.level = level
+    shown = term.getvalue()
+    assert shown.count(console.ERASE_LINE) == 5 and shown.count("\n") == 1  # the warning's line alone ends
+    parts = [x.split("] ", 1)[1] for x in shown.split(console.ERASE_LINE)[1:]]
+    assert [x.split(": ", 1)[1][:17] for x in parts] == ["training: 0 of 10", "training: 5 of 10", "a warning\n",
+                                                      "training: 6 of 10", "training: 6 of 10"]
+    assert parts[-1].endswith("done") and "ETA" in parts[3]
+    plain = [x.split("] ", 1)[1] for x in pipe.getvalue().splitlines()]
+    assert len(plain) == 3 and "5 of 10" not in pipe.getvalue() and console.ERASE_LINE not in pipe.getvalue()
+    logged = (tmp_path / "job.log").read_text()
+    assert logged.count("training: ") == 2 and "a warning" in logged and "5 of 10" not in logged
+
+
+def test_snakemakes_console_replaces_a_terminals_progress_line(monkeypatch):
+    def handler(stream, **settings):
+        monkeypatch.setattr(sys, "stderr", stream)
+        common = SimpleNamespace(**{"dryrun": False, "verbose": False, "printshellcmds": False, "debug_dag": False,
+                                    "quiet": None, "stdout": False, **settings})
+        h = console.LogHandler(common, None)
+        h.tracks = False
+        h.emit(record(LogEvent.RUN_INFO, msg="Job stats:", stats={"train": 1, "total": 1}))
+        return stream.getvalue()
+
+    on_terminal, in_a_file = handler(Terminal()), handler(io.StringIO())
+    assert on_terminal.startswith(console.ERASE_LINE + "[") and on_terminal.endswith("] 1 job to run: train 1\n")
+    assert in_a_file.startswith("[") and in_a_file.endswith("] 1 job to run: train 1\n")
+    assert handler(Terminal(), dryrun=True) == "Job stats:\n"  # Snakemake's own console: left as it is
 
 
 def test_the_plugin_is_installed_and_leaves_the_library_to_the_workflow():

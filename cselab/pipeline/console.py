@@ -52,6 +52,9 @@ NO_JOB_FLAGS = ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--
                 "--detailed-summary", "-D", "--report", "--touch", "-t", "--dag", "--rulegraph", "--filegraph",
                 "--d3dag", "--cleanup-metadata", "--cm", "--list-changes", "--lc", "--delete-all-output",
                 "--delete-temp-output", "--conda-create-envs-only", "--containerize", "--archive", "--export-cwl")
+#: a terminal's "back to the line's start and erase it": a job's progress line on a terminal is one
+#: line updated in place (cselab.pipeline.jobs.LiveLineHandler); every console line replaces it
+ERASE_LINE = "\r\x1b[K"
 #: the class of the errors the workflow raises for a user's mistake (a config value, a missing file)
 USER_ERROR = "UserError"
 #: Snakemake's frames around a failed job (its command's exit status; "at least one job did not complete")
@@ -352,6 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def isatty(stream) -> bool:
+    """Whether ``stream`` is a terminal (False for one without a file)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 @dataclass
 class LogHandlerSettings(LogHandlerSettingsBase):
     """The console has no settings of its own (Snakemake's ``--quiet``, ``--verbose`` apply)."""
@@ -369,6 +380,7 @@ class LogHandler(LogHandlerBase):
         self.tracks = not s.dryrun  # a run keeps results/progress.md and logs its MLflow run
         self.console = Console()
         self.stream = sys.stdout if s.stdout else sys.stderr
+        self.erase = ERASE_LINE if not self.plain and isatty(self.stream) else ""
         self.closed, self.folder, self.plan = False, None, None
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -381,7 +393,7 @@ class LogHandler(LogHandlerBase):
             elif self.silent and record.levelno < logging.ERROR:
                 text = None
             if text:
-                self.stream.write(text + "\n")
+                self.stream.write(self.erase + text + "\n")
                 self.stream.flush()
             if self.tracks and self.console.jobs and getattr(record, "event", None) is not None:
                 self.write_progress("running")  # from the first job on (a plan stopped at its start writes none)

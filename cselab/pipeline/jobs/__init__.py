@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import cselab.io
 from cselab.errors import CselabError
 from cselab.io import quiet_third_party_loggers
+from cselab.pipeline.console import ERASE_LINE, isatty
 from cselab.pipeline.operations import operations  # noqa: F401 (the jobs' one reader of how to run)
 from cselab.training.preemption import REQUEUE_EXIT, Preempted, requeue_slurm_job
 
@@ -92,18 +94,50 @@ def set_threads(threads: int) -> None:
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
-def console_handler(smk) -> logging.Handler:
+def console_handler(smk, stream=None) -> logging.Handler:
     """The job's stderr, which the person at the console reads: progress lines and warnings,
     each named by its job (``[12:03:41] train exp=...: ...``); Python's warnings and other
     libraries' records go to the log file alone; errors reach the console once,
-    from the log, through Snakemake's console (:mod:`cselab.pipeline.console`)."""
+    from the log, through Snakemake's console (:mod:`cselab.pipeline.console`). On a terminal the
+    progress is one line updated in place (every :data:`LIVE_EVERY_S` seconds)."""
     from cselab.pipeline.console import job_label
 
-    handler = logging.StreamHandler(sys.stderr)
+    stream = stream or sys.stderr
+    tty = isatty(stream)
+    handler = (LiveLineHandler if tty else logging.StreamHandler)(stream)
     label = job_label(smk.rule, dict(getattr(smk, "wildcards", {}).items()))
     handler.setFormatter(logging.Formatter(f"[%(asctime)s] {label}: %(message)s", datefmt="%H:%M:%S"))
-    handler.addFilter(lambda r: getattr(r, "console", False)
+    handler.addFilter(lambda r: (getattr(r, "console", False) and (tty or not getattr(r, "live", False)))
                       or (r.levelno == logging.WARNING and r.name.startswith("cselab")))
+    if tty:
+        cselab.io.live_every = LIVE_EVERY_S
+    return handler
+
+
+#: seconds between the updates of a terminal's progress line
+LIVE_EVERY_S = 2.0
+
+
+class LiveLineHandler(logging.StreamHandler):
+    """A terminal's console: a progress record replaces the line it is on (carriage return,
+    erase to the end, no newline); any other record, and Snakemake's console's lines after it
+    (:mod:`cselab.pipeline.console`), replace it in turn and end their line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            end = "" if getattr(record, "console", False) else "\n"
+            self.stream.write(ERASE_LINE + self.format(record) + end)
+            self.flush()
+        except Exception:  # noqa: BLE001 (as logging's own handlers: a console never stops a job)
+            self.handleError(record)
+
+
+def log_file_handler(path: str | Path) -> logging.Handler:
+    """The job's log file: every record in full (:data:`LOG_FORMAT`), a terminal's updating
+    progress line excepted."""
+    handler = logging.FileHandler(path, mode="a")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(lambda r: not getattr(r, "live", False))
     return handler
 
 
@@ -116,8 +150,7 @@ def main(smk, job: Callable) -> None:
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
         Path(smk.log[0]).write_text("")  # a fresh log, then appended to by every writer (O_APPEND): the
-        handlers.append(logging.FileHandler(smk.log[0], mode="a"))  # training processes of a job write there too
-        handlers[-1].setFormatter(logging.Formatter(LOG_FORMAT))
+        handlers.append(log_file_handler(smk.log[0]))  # training processes of a job write there too
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     logging.captureWarnings(True)
     quiet_third_party_loggers()

@@ -18,14 +18,14 @@ from cselab.pipeline.jobs import encoder_settings, run, time_breakdown
 def _evaluate(smk, compute: Callable[[ModelEncoder], dict], params: dict | None = None) -> None:
     """Shared shell of the evaluation rules: one MLflow run, result JSON with timing and cache
     stats; per-item predictions (``pairs``) to the rule's ``pairs`` output."""
-    from cselab.reporting.stats import save_pairs
-
     exp_id, settings = smk.params.experiment, encoder_settings(smk)
     with run(smk, experiment_id=exp_id, params={"evaluation": settings, **(params or {})}) as r:
         model = ModelEncoder(model_path(smk.input.model), settings, Path(outputs.EMBEDDING_CACHE))
         tic = time.perf_counter()
         result = compute(model)
         if "pairs" in result:
+            from cselab.reporting.stats import save_pairs  # scipy: only where a kind has per-item pairs
+
             save_pairs(smk.output.pairs, result.pop("pairs"))
         wall = time.perf_counter() - tic
         common = dict(experiment=exp_id, settings=settings, wall_seconds=wall, **model.stats(),
