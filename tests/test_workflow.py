@@ -215,13 +215,18 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
 
     workdir, _ = workflow_run
     assert "Nothing to be done" in snakemake(workdir, "-n", *[f"results/{t}.csv" for t in TABLES]).stdout
-    # A changed transfer setting re-runs that evaluation only, from cached embeddings.
+    # A changed transfer setting re-runs that evaluation only (each experiment's, and the table),
+    # from cached embeddings: one of them run, the rest planned.
     write_config(workdir, evaluation={"batch_size": 64, "transfer": {"mode": "test"},
                                       "beir": {"datasets": ["toy"], "chunk_size": 16, "k": 100, "max_len": 64}})
-    out = snakemake(workdir, "--cores", "2", "results/table_transfer.csv").stdout
+    console = snakemake(workdir, "--cores", "2", "results/experiments/simcse-tiny-s42/transfer.json").stderr
     result = json.loads((workdir / "results/experiments/simcse-tiny-s42/transfer.json").read_text())
     assert result["mode"] == "test" and result["cache_hits"] == 1 and result["cache_misses"] == 0
-    assert "rule train:" not in out
+    assert [x.split("start  ")[1] for x in console.splitlines() if "] start  " in x] == [
+        "evaluate_transfer exp=simcse-tiny-s42"]
+    assert planned(workdir, ["results/table_transfer.csv"]) == {
+        job("evaluate_transfer", exp="untrained-tiny"), job("evaluate_transfer", exp="compcse-tiny-s42"),
+        job("table", table="table_transfer")}
     # The evaluation batch size and the embedding cache change how encoding runs: nothing reruns.
     write_config(workdir, evaluation={"batch_size": 7, "cache": False})
     assert "Nothing to be done" in snakemake(workdir, "-n", "results/table1.csv").stdout
