@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -38,13 +39,15 @@ def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = 
 
 
 def write_config(workdir: Path, **patch) -> None:
+    """``workdir/test.yaml``: its data and PLM named relative to ``workdir`` (where Snakemake runs
+    the jobs), so a copy of a built folder has the same params (tests/built.py)."""
     cfg = {
-        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt"), "max_lines": 200},
-                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False},
-                 "beir": {"path": str(workdir / "data" / "beir")}},
+        "data": {"corpus": {"path": "data/corpus.txt", "max_lines": 200},
+                 "senteval": {"path": "data/senteval", "strict_counts": False},
+                 "beir": {"path": "data/beir"}},
         "mlflow": {"experiment_name": "cselab-test"},
         "seeds": [42],
-        "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
+        "plms": {"tiny": {"model": "./tiny-bert"}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4, "log_steps": 2,
                      "precision": "fp32"},
         "evaluation": {"batch_size": 64, "transfer": {"mode": "fast"},
@@ -61,11 +64,10 @@ def write_config(workdir: Path, **patch) -> None:
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
 
 
-@pytest.fixture(scope="module")
-def workflow_run(tmp_path_factory):
+def build_tables(workdir: Path) -> None:
+    """The tiny project of this file, every table built; Snakemake's console kept beside it."""
     from tests.helpers import make_tiny_bert
 
-    workdir = tmp_path_factory.mktemp("wf")
     make_senteval(workdir / "data" / "senteval", n_extra=12)
     make_transfer(workdir / "data" / "senteval")
     make_beir(workdir / "data" / "beir" / "toy")
@@ -75,7 +77,23 @@ def workflow_run(tmp_path_factory):
     one_thread = [f"{rule}=1" for rule in ["train", *EVALS, "evaluate_stsb_dev"]]  # tiny model: run two jobs at a time
     proc = snakemake(workdir, "--cores", "2", "--set-threads", *one_thread, "--",
                      *[f"results/{t}.csv" for t in TABLES])
-    return workdir, proc
+    (workdir / "console.txt").write_text(proc.stderr)
+
+
+def built_tables(tmp_path_factory) -> Path:
+    """:func:`build_tables`'s folder, built once per session for every file that starts from it
+    (this one, tests/test_workflow_export.py); a test works on a copy (tests/built.py)."""
+    from tests.built import built_once
+
+    return built_once(tmp_path_factory, "tables", build_tables)
+
+
+@pytest.fixture(scope="module")
+def workflow_run(tmp_path_factory):
+    from tests.built import copy_built
+
+    workdir = copy_built(built_tables(tmp_path_factory), tmp_path_factory.mktemp("wf") / "project")
+    return workdir, SimpleNamespace(stderr=(workdir / "console.txt").read_text())
 
 
 def fixture_log(workdir: Path) -> str:

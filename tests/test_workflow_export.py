@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tests.hub_server import FakeHub
-from tests.test_workflow import snakemake, write_config
-from tests.helpers import make_workflow_data
+from tests.test_workflow import built_tables, snakemake, write_config
 
 IDS = ["untrained-tiny", "simcse-tiny"]
 TOKEN = "hf_test_token_123"
@@ -28,11 +27,15 @@ def push(workdir, hub: FakeHub, token: str, repo_id: str, *args: str):
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("wf-export")
-    make_workflow_data(workdir, 300)
+    """A copy of tests/test_workflow.py's built tables (built once per session, tests/built.py),
+    with this file's tables and exports; only the changed transfer table and the exports run."""
+    from tests.built import copy_built
+
+    workdir = copy_built(built_tables(tmp_path_factory), tmp_path_factory.mktemp("wf-export") / "project")
     write_config(workdir, **PATCH)
     # the transfer table first: its results are then computed, and the MTEB files and the card carry them
-    snakemake(workdir, "--cores", "2", "results/table_transfer.csv")
+    table = snakemake(workdir, "--cores", "2", "results/table_transfer.csv").stderr
+    assert [x.split("start  ")[1] for x in table.splitlines() if "] start  " in x] == ["table table=table_transfer"]
     plan = snakemake(workdir, "-n", "exports").stdout
     proc = snakemake(workdir, "--cores", "2", "exports")
     return workdir, plan, proc
@@ -111,7 +114,7 @@ def test_export_runs_in_mlflow(exported):
     # the MTEB files are artifacts of the evaluation runs they came from, the card of the training run
     sts_run = next(r for r in by_rule["evaluate_sts"] if r.data.tags["experiment_id"] == "simcse-tiny-s42")
     assert "mteb/STSBenchmark.json" in {a.path for a in client.list_artifacts(sts_run.info.run_id, "mteb")}
-    (train_run,) = by_rule["train"]
+    (train_run,) = [r for r in by_rule["train"] if r.data.tags["experiment_id"] == "simcse-tiny-s42"]
     assert {a.path for a in client.list_artifacts(train_run.info.run_id, "card")} == {"card/simcse-tiny-s42.md"}
 
 
