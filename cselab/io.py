@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -126,6 +127,52 @@ LIVE = {"console": True, "live": True}
 #: default): no such updates. A job whose stderr is a terminal sets it
 #: (:func:`cselab.pipeline.jobs.console_handler`)
 live_every: float | None = None
+
+
+#: a terminal's "back to the line's start and erase it" (cselab.pipeline.console keeps its own
+#: copy, since it imports nothing of cselab; tests/test_console.py holds them equal)
+ERASE_LINE = "\r\x1b[K"
+#: seconds between the updates of a terminal's progress line
+LIVE_EVERY_S = 2.0
+#: a job's console label, which the processes it starts (a multi-process training's workers) read
+CONSOLE_LABEL_ENV = "CSELAB_CONSOLE_LABEL"
+
+
+def console_stream_handler(label: str, stream) -> logging.Handler:
+    """What a person watching a job reads on ``stream``: progress lines and cselab's warnings,
+    each named by ``label`` (``[12:03:41] <label>: ...``); everything else goes to the log file
+    alone. On a terminal the progress is one line updated in place (every :data:`LIVE_EVERY_S`
+    seconds, :class:`LiveLineHandler`)."""
+    global live_every
+    tty = _isatty(stream)
+    handler = (LiveLineHandler if tty else logging.StreamHandler)(stream)
+    handler.setFormatter(logging.Formatter(f"[%(asctime)s] {label}: %(message)s", datefmt="%H:%M:%S"))
+    handler.addFilter(lambda r: (getattr(r, "console", False) and (tty or not getattr(r, "live", False)))
+                      or (r.levelno == logging.WARNING and r.name.startswith("cselab")))
+    if tty:
+        live_every = LIVE_EVERY_S
+    return handler
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class LiveLineHandler(logging.StreamHandler):
+    """A terminal's console: a progress record replaces the line it is on (carriage return,
+    erase to the end, no newline); any other record, and Snakemake's console's lines after it
+    (:mod:`cselab.pipeline.console`), replace it in turn and end their line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            end = "" if getattr(record, "console", False) else "\n"
+            self.stream.write(ERASE_LINE + self.format(record) + end)
+            self.flush()
+        except Exception:  # noqa: BLE001 (as logging's own handlers: a console never stops a job)
+            self.handleError(record)
 
 
 class Progress:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from snakemake_interface_logger_plugins.common import LogEvent
 
+import cselab.io as cselab_io
 from cselab.io import CONSOLE, Progress
 from cselab.pipeline import console
 from cselab.pipeline.jobs import console_handler
@@ -118,6 +119,7 @@ def test_a_jobs_stderr_shows_its_progress_and_warnings_named_by_the_job(capsys):
         "train exp=simcse-s1: training: 0 of 10 steps (0%), 0.0 steps/s, 0:00 elapsed, ETA unknown",
         "train exp=simcse-s1: training: 0 of 10 steps (0%), 0.0 steps/s, 0:00 elapsed, done"]
     assert CONSOLE == {"console": True}
+    assert cselab_io.ERASE_LINE == console.ERASE_LINE  # console.py's own copy (it imports nothing of cselab)
 
 
 class Terminal(io.StringIO):

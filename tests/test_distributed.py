@@ -285,7 +285,13 @@ def test_workflow_trains_one_experiment_on_two_processes(tmp_path):
                                      "log_steps": 1, "devices": 2},
                  experiments={"simcse-tiny": {"plm": "tiny", "method": "simcse"}})
     summary = tmp_path / "results" / "experiments" / "simcse-tiny-s42" / "train_summary.json"
-    snakemake(tmp_path, "--cores", "2", "--", str(summary.relative_to(tmp_path)))
+    console = snakemake(tmp_path, "--cores", "2", "--", str(summary.relative_to(tmp_path))).stderr.splitlines()
+    # the workers' console is the job's: rank 0's progress named by the job, their records in its log alone
+    assert any(x.endswith("] train exp=simcse-tiny-s42: training: 0 of 4 steps (0%), 0.0 steps/s, 0:00 elapsed, "
+                          "ETA unknown") for x in console), console
+    assert not any(" cselab INFO " in x or " rank 0 " in x for x in console), console
+    log = (tmp_path / "logs" / "train" / "simcse-tiny-s42.log").read_text()
+    assert " rank 0 cselab.training.loop INFO training simcse-tiny-s42: " in log
     result = json.loads(summary.read_text())
     assert result["steps"] == 4 and result["best_step"] in (2, 4)
     assert (summary.parent / "model" / "model.safetensors").is_file() and not (summary.parent / "resume").exists()

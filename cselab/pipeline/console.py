@@ -53,7 +53,7 @@ NO_JOB_FLAGS = ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--
                 "--d3dag", "--cleanup-metadata", "--cm", "--list-changes", "--lc", "--delete-all-output",
                 "--delete-temp-output", "--conda-create-envs-only", "--containerize", "--archive", "--export-cwl")
 #: a terminal's "back to the line's start and erase it": a job's progress line on a terminal is one
-#: line updated in place (cselab.pipeline.jobs.LiveLineHandler); every console line replaces it
+#: line updated in place (cselab.io.LiveLineHandler; cselab.io.ERASE_LINE is the same); every console line replaces it
 ERASE_LINE = "\r\x1b[K"
 #: the class of the errors the workflow raises for a user's mistake (a config value, a missing file)
 USER_ERROR = "UserError"

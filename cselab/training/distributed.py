@@ -400,8 +400,17 @@ def _worker(job_file: str) -> None:
 
 
 def _worker_logging(log_file: str | None) -> None:
+    """A worker's logging: rank 0 at INFO, the others at WARNING; rank 0 also to the job's log
+    file. Started by a rule job, a worker's stderr shows what the job's own does (its progress
+    and cselab's warnings, named by the job and the rank: :func:`cselab.io.console_stream_handler`);
+    elsewhere, every record."""
+    from cselab.io import CONSOLE_LABEL_ENV, console_stream_handler
+
     rank_ = os.environ.get("RANK", "?")
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    label = os.environ.get(CONSOLE_LABEL_ENV)
+    handlers: list[logging.Handler] = [console_stream_handler(f"{label} rank {rank_}" if rank_ != "0" else label,
+                                                              sys.stderr)
+                                       if label else logging.StreamHandler(sys.stderr)]
     if log_file and rank_ == "0":
         handlers.append(logging.FileHandler(log_file, mode="a"))
     logging.basicConfig(level=logging.INFO if rank_ == "0" else logging.WARNING, handlers=handlers, force=True,

@@ -18,7 +18,6 @@ from typing import Callable
 import cselab.io
 from cselab.errors import CselabError
 from cselab.io import quiet_third_party_loggers
-from cselab.pipeline.console import ERASE_LINE, isatty
 from cselab.pipeline.operations import operations  # noqa: F401 (the jobs' one reader of how to run)
 from cselab.training.preemption import REQUEUE_EXIT, Preempted, requeue_slurm_job
 
@@ -95,41 +94,20 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 def console_handler(smk, stream=None) -> logging.Handler:
-    """The job's stderr, which the person at the console reads: progress lines and warnings,
-    each named by its job (``[12:03:41] train exp=...: ...``); Python's warnings and other
-    libraries' records go to the log file alone; errors reach the console once,
-    from the log, through Snakemake's console (:mod:`cselab.pipeline.console`). On a terminal the
-    progress is one line updated in place (every :data:`LIVE_EVERY_S` seconds)."""
+    """The job's stderr, which the person at the console reads (:func:`cselab.io.console_stream_handler`:
+    progress lines and cselab's warnings, each named by its job, ``[12:03:41] train exp=...: ...``;
+    one updating line on a terminal). Python's warnings and other libraries' records go to the
+    log file alone; errors reach the console once, from the log, through Snakemake's console
+    (:mod:`cselab.pipeline.console`). The processes the job starts (a multi-process training's
+    workers) name their lines alike (:data:`cselab.io.CONSOLE_LABEL_ENV`)."""
+    return cselab.io.console_stream_handler(console_label(smk), stream or sys.stderr)
+
+
+def console_label(smk) -> str:
+    """How the console names the job: its rule and wildcards (``train exp=simcse-bert-base-s42``)."""
     from cselab.pipeline.console import job_label
 
-    stream = stream or sys.stderr
-    tty = isatty(stream)
-    handler = (LiveLineHandler if tty else logging.StreamHandler)(stream)
-    label = job_label(smk.rule, dict(getattr(smk, "wildcards", {}).items()))
-    handler.setFormatter(logging.Formatter(f"[%(asctime)s] {label}: %(message)s", datefmt="%H:%M:%S"))
-    handler.addFilter(lambda r: (getattr(r, "console", False) and (tty or not getattr(r, "live", False)))
-                      or (r.levelno == logging.WARNING and r.name.startswith("cselab")))
-    if tty:
-        cselab.io.live_every = LIVE_EVERY_S
-    return handler
-
-
-#: seconds between the updates of a terminal's progress line
-LIVE_EVERY_S = 2.0
-
-
-class LiveLineHandler(logging.StreamHandler):
-    """A terminal's console: a progress record replaces the line it is on (carriage return,
-    erase to the end, no newline); any other record, and Snakemake's console's lines after it
-    (:mod:`cselab.pipeline.console`), replace it in turn and end their line."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            end = "" if getattr(record, "console", False) else "\n"
-            self.stream.write(ERASE_LINE + self.format(record) + end)
-            self.flush()
-        except Exception:  # noqa: BLE001 (as logging's own handlers: a console never stops a job)
-            self.handleError(record)
+    return job_label(smk.rule, dict(getattr(smk, "wildcards", {}).items()))
 
 
 def log_file_handler(path: str | Path) -> logging.Handler:
@@ -147,6 +125,7 @@ def main(smk, job: Callable) -> None:
     started = time.perf_counter()
     _CLOCK["start"] = process_seconds()  # interpreter, Snakemake's script preamble, the imports above
     handlers: list[logging.Handler] = [console_handler(smk)]
+    os.environ[cselab.io.CONSOLE_LABEL_ENV] = console_label(smk)  # for the processes it starts
     if smk.log:
         Path(smk.log[0]).parent.mkdir(parents=True, exist_ok=True)
         Path(smk.log[0]).write_text("")  # a fresh log, then appended to by every writer (O_APPEND): the
