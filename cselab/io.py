@@ -124,9 +124,13 @@ CONSOLE = {"console": True}
 #: ``extra=`` of a progress record for a terminal's updating line alone (never in a log file)
 LIVE = {"console": True, "live": True}
 #: seconds between a :class:`Progress`'s updates of a terminal's one updating line; None (the
-#: default): no such updates. A job whose stderr is a terminal sets it
-#: (:func:`cselab.pipeline.jobs.console_handler`)
+#: default): no such updates. A console handler on a terminal sets it (:func:`console_stream_handler`)
 live_every: float | None = None
+
+
+def not_live(record: logging.LogRecord) -> bool:
+    """A log file's filter: every record but a terminal's updating progress line (:data:`LIVE`)."""
+    return not getattr(record, "live", False)
 
 
 #: a terminal's "back to the line's start and erase it" (cselab.pipeline.console keeps its own

@@ -251,3 +251,35 @@ def test_a_lazy_progress_says_nothing_for_a_short_loop_and_counts_without_a_tota
     long.close()
     assert lines == [lines[0]] and lines[0].startswith("searching the corpus: 5 documents, ")
     assert "ETA" not in lines[0] and "done" not in lines[0]
+
+
+def test_a_training_workers_console_is_its_jobs_and_its_log_file_gets_plain_lines(tmp_path, monkeypatch):
+    """A multi-process training's rank 0, started by a job on a terminal: the job's updating line
+    on the terminal, the plain lines alone in the job's log."""
+    import cselab.io
+    from cselab.training.distributed import _worker_logging
+
+    monkeypatch.setattr(cselab.io, "live_every", None)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv(cselab.io.CONSOLE_LABEL_ENV, "train exp=simcse-s1")
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        _worker_logging(str(tmp_path / "job.log"))
+        monkeypatch.setattr(cselab.io, "live_every", 0.0)
+        logger = logging.getLogger("cselab.test_console")
+        logger.info("not for the console")
+        progress = Progress(logger, "training", 10, "steps", every=3600.0)
+        progress.update(5)
+        progress.close()
+    finally:
+        for h in root.handlers:
+            h.close()
+        root.handlers[:], root.level = handlers, level
+    shown = term.getvalue()
+    assert shown.count(console.ERASE_LINE) == 3 and "] train exp=simcse-s1: training: 5 of 10" in shown
+    assert "not for the console" not in shown
+    logged = (tmp_path / "job.log").read_text()
+    assert "not for the console" in logged and logged.count("training: ") == 2  # its start and end: no live line

@@ -404,7 +404,7 @@ def _worker_logging(log_file: str | None) -> None:
     file. Started by a rule job, a worker's stderr shows what the job's own does (its progress
     and cselab's warnings, named by the job and the rank: :func:`cselab.io.console_stream_handler`);
     elsewhere, every record."""
-    from cselab.io import CONSOLE_LABEL_ENV, console_stream_handler
+    from cselab.io import CONSOLE_LABEL_ENV, console_stream_handler, not_live
 
     rank_ = os.environ.get("RANK", "?")
     label = os.environ.get(CONSOLE_LABEL_ENV)
@@ -413,6 +413,7 @@ def _worker_logging(log_file: str | None) -> None:
                                        if label else logging.StreamHandler(sys.stderr)]
     if log_file and rank_ == "0":
         handlers.append(logging.FileHandler(log_file, mode="a"))
+        handlers[-1].addFilter(not_live)  # a terminal's updating line stays off the job's log
     logging.basicConfig(level=logging.INFO if rank_ == "0" else logging.WARNING, handlers=handlers, force=True,
                         format=f"%(asctime)s rank {rank_} %(name)s %(levelname)s %(message)s")
     quiet_third_party_loggers()

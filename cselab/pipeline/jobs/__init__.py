@@ -115,7 +115,7 @@ def log_file_handler(path: str | Path) -> logging.Handler:
     progress line excepted."""
     handler = logging.FileHandler(path, mode="a")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler.addFilter(lambda r: not getattr(r, "live", False))
+    handler.addFilter(cselab.io.not_live)
     return handler
 
 
