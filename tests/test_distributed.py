@@ -270,17 +270,17 @@ def test_scaling_benchmark_runs_on_cpu_processes(tmp_path):
     assert (tmp_path / "scaling.csv").read_text().startswith("processes,")
 
 
-def test_workflow_trains_one_experiment_on_two_processes(tmp_path):
+def test_workflow_trains_one_experiment_on_two_processes(tmp_path_factory, tmp_path):
     """rule train with training.devices 2 (no SLURM): one MLflow run, logged by rank 0 while it
     trains, with world_size 2; the outputs of a single-process job."""
     import json
 
     import mlflow
 
-    from tests.helpers import make_workflow_data
+    from tests.built import prepared_project
     from tests.test_workflow import snakemake, write_config
 
-    make_workflow_data(tmp_path, 120)
+    prepared_project(tmp_path_factory, tmp_path)
     write_config(tmp_path, training={"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2,
                                      "log_steps": 1, "devices": 2},
                  experiments={"simcse-tiny": {"plm": "tiny", "method": "simcse"}})

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.built import PREPARED_DATA, built_once, copy_built, prepared_project
 from tests.helpers import clean_console, make_workflow_data
 from tests.test_workflow import ROOT
 
@@ -42,20 +43,19 @@ def record(fault: str, outcome: str, message: str, steps_lost: int | str = "-", 
             fh.write(json.dumps(row) + "\n")
 
 
-# -- a tiny project --------------------------------------------------------------------------------
+# -- a tiny project ---------------------------------------------------------------------------------
 
 def make_project(root: Path, **training) -> Path:
-    make_workflow_data(root, 400)
+    """A project with fresh data, nothing prepared (a test that changes the data before its first
+    preparation)."""
+    make_workflow_data(root, PREPARED_DATA["data"]["corpus"]["max_lines"])
     write_config(root, **training)
     return root
 
 
 def write_config(root: Path, **training) -> None:
-    cfg = {"data": {"corpus": {"path": str(root / "data" / "corpus.txt")},
-                    "senteval": {"path": str(root / "data" / "senteval"), "strict_counts": False}},
-           "mlflow": {"experiment_name": "cselab-faults"}, "seeds": [42],
-           "plms": {"tiny": {"model": str(root / "tiny-bert")}},
-           "training": {"batch_size": 8, "max_len": 32, "max_steps": STEPS, "epochs": 10, "lr": 1e-4,
+    cfg = {**PREPARED_DATA, "mlflow": {"experiment_name": "cselab-faults"}, "seeds": [42],
+           "training": {"batch_size": 8, "max_len": 32, "max_steps": STEPS, "epochs": 20, "lr": 1e-4,
                         "eval_steps": EVAL_EVERY, "log_steps": 1, "checkpoint_steps": 1000, "precision": "fp32",
                         "owner_wait_s": 2, **training},
            "evaluation": {"batch_size": 64},
@@ -148,15 +148,27 @@ def mlflow_runs(root: Path, rule: str) -> list:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One uninterrupted invocation: what every faulted run must end equal to."""
-    root = make_project(tmp_path_factory.mktemp("reference"))
-    proc = run_smk(root, "results/table1.csv")
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    """One uninterrupted invocation from the prepared project: what every faulted run must end
+    equal to (a template: tests change copies of it, :func:`copy_of`)."""
+    def build(folder: Path) -> None:
+        prepared_project(tmp_path_factory, folder)
+        write_config(folder)
+        proc = run_smk(folder, "results/table1.csv")
+        assert proc.returncode == 0, proc.stderr[-4000:]
+
+    return built_once(tmp_path_factory, "faults-reference", build)
+
+
+@pytest.fixture
+def project(tmp_path_factory, tmp_path):
+    """The prepared project (data and PLM prepared, nothing trained) with this file's config."""
+    root = prepared_project(tmp_path_factory, tmp_path / "project")
+    write_config(root)
     return root
 
 
 @pytest.fixture
-def project(tmp_path):
+def fresh_project(tmp_path):
     return make_project(tmp_path / "project")
 
 
@@ -274,10 +286,7 @@ def test_truncated_model_is_retrained_at_planning(reference, tmp_path):
     """A finished training's weights truncated; then an evaluation of it is asked for again
     (here: forced): planning finds the damage by the file's size, moves the folder aside, and
     the same invocation retrains it before the evaluation reads it; no job fails on it."""
-    import shutil
-
-    project = tmp_path / "copy"
-    shutil.copytree(reference, project, symlinks=True)  # the same config: data and PLM used in place
+    project = copy_of(reference, tmp_path)
     model = project / "results" / "experiments" / EXP / "model" / "model.safetensors"
     model.write_bytes(model.read_bytes()[:4096])
     dry = run_smk(project, "-n", "--forcerun", "evaluate_sts", "--", "results/table1.csv")
@@ -294,10 +303,7 @@ def test_truncated_model_is_retrained_at_planning(reference, tmp_path):
 def test_damaged_embedding_cache_is_encoded_again(reference, tmp_path):
     """A cached embedding array cut short after its job finished (its record intact): the next
     evaluation finds it damaged by its recorded size, encodes again and writes the same table."""
-    import shutil
-
-    project = tmp_path / "copy"
-    shutil.copytree(reference, project, symlinks=True)
+    project = copy_of(reference, tmp_path)
     npy = sorted((project / "results" / "cache" / "embeddings").glob("*/sts*.npy"))[0]
     npy.write_bytes(npy.read_bytes()[: npy.stat().st_size // 2])
     proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
@@ -380,12 +386,9 @@ def test_tracking_outage_loses_no_step_and_no_metric(reference, project, tmp_pat
 # -- changed data ------------------------------------------------------------------------------------
 
 def copy_of(reference: Path, tmp_path: Path) -> Path:
-    """A finished project with its own data (copied) and the same results."""
-    import shutil
-
-    project = tmp_path / "copy"
-    shutil.copytree(reference, project, symlinks=True)
-    return project
+    """A finished project with its own data (copied, its preparation records pointing at it) and
+    the same results."""
+    return copy_built(reference, tmp_path / "copy")
 
 
 def no_traceback(text: str, message: str) -> bool:
@@ -405,20 +408,17 @@ def test_changed_senteval_file_is_caught_before_it_is_read(reference, tmp_path, 
     that reads it, naming the file, the expected and found values and the rule that rebuilds
     the manifest (the issue's case: MSRpar's input and gold cut by the same number of lines)."""
     project = copy_of(reference, tmp_path)
-    inp, gold = msrpar(reference)  # the reference's data, restored afterwards
+    inp, gold = msrpar(project)  # the copy's own data
+    assert inp.is_relative_to(project)
     saved = {p: p.read_bytes() for p in (inp, gold)}
-    try:
-        if change == "truncate-both":
-            for p in (inp, gold):
-                p.write_bytes(b"".join(saved[p].splitlines(keepends=True)[:-2]))
-        elif change == "edit":
-            inp.write_bytes(saved[inp].replace(b"a", b"e", 1))
-        else:
-            inp.write_bytes(saved[gold])
-        proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
-    finally:
-        for p, data in saved.items():
-            p.write_bytes(data)
+    if change == "truncate-both":
+        for p in (inp, gold):
+            p.write_bytes(b"".join(saved[p].splitlines(keepends=True)[:-2]))
+    elif change == "edit":
+        inp.write_bytes(saved[inp].replace(b"a", b"e", 1))
+    else:
+        inp.write_bytes(saved[gold])
+    proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and f"{inp} changed after rule prepare_senteval prepared it" in text, text[-3000:]
     assert no_traceback(text, "changed after rule prepare_senteval"), text[-3000:]
@@ -444,16 +444,13 @@ def test_replaced_corpus_source_stops_planning_until_told(reference, tmp_path):
     """The corpus source (used in place) replaced by another: every plan stops naming it until
     the user forces prepare_corpus, which then replans exactly the trainings that read it."""
     project = copy_of(reference, tmp_path)
-    source = Path(yaml.safe_load((project / "test.yaml").read_text())["data"]["corpus"]["path"])
-    saved = source.read_bytes()
-    try:
-        source.write_bytes(saved + b"one more sentence for the corpus .\n")
-        dry = run_smk(project, "-n", "results/table1.csv")
-        forced = run_smk(project, "-n", "--forcerun", "prepare_corpus", "--", "results/table1.csv")
-    finally:
-        source.write_bytes(saved)
+    named = yaml.safe_load((project / "test.yaml").read_text())["data"]["corpus"]["path"]  # the copy's own
+    source = project / named
+    source.write_bytes(source.read_bytes() + b"one more sentence for the corpus .\n")
+    dry = run_smk(project, "-n", "results/table1.csv")
+    forced = run_smk(project, "-n", "--forcerun", "prepare_corpus", "--", "results/table1.csv")
     text = dry.stdout + dry.stderr
-    assert dry.returncode != 0 and f"the corpus {source} changed since rule prepare_corpus prepared it" in text
+    assert dry.returncode != 0 and f"the corpus {named} changed since rule prepare_corpus prepared it" in text
     assert no_traceback(text, "changed since rule prepare_corpus"), text[-3000:]
     planned = forced.stdout
     assert forced.returncode == 0 and all(f"{rule} " in planned for rule in ("prepare_corpus", "train", "table"))
@@ -476,9 +473,10 @@ def test_nan_and_inf_settings_are_refused_at_planning(project, key, value):
     record(f"training.{key}: {value}", "refused at planning", next(x for x in out.splitlines() if "finite" in x))
 
 
-def test_corpus_control_characters_and_long_lines_are_cleaned_and_counted(project):
+def test_corpus_control_characters_and_long_lines_are_cleaned_and_counted(fresh_project):
     from cselab.data.corpus import MAX_LINE_CHARS
 
+    project = fresh_project
     corpus = project / "data" / "corpus.txt"
     lines = corpus.read_text().splitlines()
     lines[3] = "nul \x00 inside"

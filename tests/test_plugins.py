@@ -234,16 +234,13 @@ def test_a_method_reading_a_setting_it_did_not_declare_is_one_message(tiny_bert)
         build_objective(spec, load_encoder(tiny_bert))
 
 
-def test_a_plugin_method_trains_in_its_snakemake_job(plugin, tiny_bert, tmp_path):
+def test_a_plugin_method_trains_in_its_snakemake_job(plugin, tmp_path_factory, tmp_path):
     """The train job (its own process, which knows the method only from the config's plugins)
     trains it: Snakemake runs the experiment's train rule on a tiny BERT and a synthetic corpus."""
-    from tests.helpers import make_corpus, make_senteval, make_transfer
+    from tests.built import prepared_project
     from tests.test_workflow import snakemake, write_config
 
-    make_senteval(tmp_path / "data" / "senteval", n_extra=12)
-    make_transfer(tmp_path / "data" / "senteval")
-    make_corpus(tmp_path / "data" / "corpus.txt", 120)
-    (tmp_path / "tiny-bert").symlink_to(tiny_bert)
+    prepared_project(tmp_path_factory, tmp_path)
     write_config(tmp_path)
     cfg = yaml.safe_load((tmp_path / "test.yaml").read_text())
     cfg.update(plugins=[str(plugin)], methods={"simcse_repeat": {"options": {"dup_rate": 0.5}}},

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import make_workflow_data
+from tests.built import PREPARED_DATA, prepared_project
 from tests.test_workflow import snakemake
 
 SWEEP, BASE, SEEDS = "tinylr", "simcse-tiny", [1, 2]
@@ -21,10 +21,7 @@ NEW_LR = 1e-3
 
 
 def write_config(root, lrs) -> None:
-    cfg = {"data": {"corpus": {"path": str(root / "data" / "corpus.txt"), "max_lines": 120},
-                    "senteval": {"path": str(root / "data" / "senteval"), "strict_counts": False}},
-           "mlflow": {"experiment_name": "cselab-sweep-test"}, "seeds": [42],
-           "plms": {"tiny": {"model": str(root / "tiny-bert")}},
+    cfg = {**PREPARED_DATA, "mlflow": {"experiment_name": "cselab-sweep-test"}, "seeds": [42],
            "training": {"batch_size": 8, "max_len": 24, "max_steps": 4, "lr": 1e-4, "eval_steps": 4, "log_steps": 2,
                         "precision": "fp32"},
            "evaluation": {"batch_size": 64, "protocols": {"table": "tsweep", "truncation": 4}},  # the winner, every protocol
@@ -56,8 +53,7 @@ def planned(out: str) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def sweep_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sweep")
-    make_workflow_data(root, 120)
+    root = prepared_project(tmp_path_factory, tmp_path_factory.mktemp("sweep"))
     write_config(root, LRS)
     # before the sweep has run, what reads its winner waits for its report (and is planned again after)
     before = snakemake(root, "-n", "--cores", "2", "--", "results/table_protocols.csv", f"results/hub/sweeps/{SWEEP}.json")

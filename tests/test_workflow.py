@@ -41,13 +41,12 @@ def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = 
 def write_config(workdir: Path, **patch) -> None:
     """``workdir/test.yaml``: its data and PLM named relative to ``workdir`` (where Snakemake runs
     the jobs), so a copy of a built folder has the same params (tests/built.py)."""
+    from tests.built import PREPARED_DATA
+
     cfg = {
-        "data": {"corpus": {"path": "data/corpus.txt", "max_lines": 200},
-                 "senteval": {"path": "data/senteval", "strict_counts": False},
-                 "beir": {"path": "data/beir"}},
+        **PREPARED_DATA,
         "mlflow": {"experiment_name": "cselab-test"},
         "seeds": [42],
-        "plms": {"tiny": {"model": "./tiny-bert"}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 8, "lr": 1e-4, "eval_steps": 4, "log_steps": 2,
                      "precision": "fp32"},
         "evaluation": {"batch_size": 64, "transfer": {"mode": "fast"},
@@ -65,7 +64,8 @@ def write_config(workdir: Path, **patch) -> None:
 
 
 def build_tables(workdir: Path) -> None:
-    """The tiny project of this file, every table built; Snakemake's console kept beside it."""
+    """The tiny project of this file, every table built in one invocation from raw data (its
+    MLflow runs are checked as one invocation's); Snakemake's console kept beside it."""
     from tests.helpers import make_tiny_bert
 
     make_senteval(workdir / "data" / "senteval", n_extra=12)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import make_corpus, make_senteval, make_transfer
+from tests.built import PREPARED_DATA, prepared_project
 from tests.test_workflow import snakemake
 
 EXPERIMENTS = {
@@ -28,17 +28,12 @@ TARGETS = ["results/info_t12.csv", "results/info_t7.csv", "results/info_t9.csv",
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tiny_bert):
-    workdir = tmp_path_factory.mktemp("infocse")
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_corpus(workdir / "data" / "corpus.txt", 120)
+def run(tmp_path_factory):
+    workdir = prepared_project(tmp_path_factory, tmp_path_factory.mktemp("infocse"))
     cfg = {
-        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt")},
-                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+        **PREPARED_DATA,
         "mlflow": {"experiment_name": "cselab-test"},
         "seeds": [42],
-        "plms": {"tiny": {"model": str(tiny_bert)}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 4, "lr": 1e-4, "eval_steps": 2, "log_steps": 1,
                      "precision": "fp32"},
         "methods": {"infocse": {"training": {"batch_size": 16, "lr": 1e-4, "epochs": 1}},

@@ -20,7 +20,8 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import make_corpus, make_senteval, make_transfer, private_checkout
+from tests.built import PREPARED_DATA, prepared_project
+from tests.helpers import private_checkout
 from tests.test_workflow import ROOT
 from tests.test_workflow import snakemake as snakemake_in
 
@@ -152,11 +153,9 @@ def train_runs(workdir: Path) -> list:
 
 def write_config(workdir: Path) -> None:
     cfg = {
-        "data": {"corpus": {"path": str(workdir / "data" / "corpus.txt"), "max_lines": 200},
-                 "senteval": {"path": str(workdir / "data" / "senteval"), "strict_counts": False}},
+        **PREPARED_DATA,
         "mlflow": {"experiment_name": "cselab-toy"},
         "seeds": [42],
-        "plms": {"tiny": {"model": str(workdir / "tiny-bert")}},
         "training": {"batch_size": 16, "max_len": 32, "max_steps": 6, "lr": 1e-4, "eval_steps": 3, "log_steps": 2,
                      "checkpoint_steps": 2, "precision": "fp32"},
         "methods": {"toy": {"objective": "toy", "auxiliaries": {}}},
@@ -168,15 +167,11 @@ def write_config(workdir: Path) -> None:
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
 
 
-def test_a_new_method_is_one_module_and_config(checkout, tmp_path, tiny_bert):
+def test_a_new_method_is_one_module_and_config(checkout, tmp_path_factory, tmp_path):
     def snakemake(*args, **kwargs):
         return snakemake_in(*args, root=checkout, **kwargs)
 
-    workdir = tmp_path
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_corpus(workdir / "data" / "corpus.txt", 120)
-    (workdir / "tiny-bert").symlink_to(tiny_bert)
+    workdir = prepared_project(tmp_path_factory, tmp_path)
     write_config(workdir)
 
     plan = snakemake(workdir, "-n", "results/toy_table.csv").stdout
