@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.built import prepared_project
 from tests.helpers import make_workflow_data
 from tests.slurm_cluster import ClusterUnavailable, slurm_cluster
 from tests.test_workflow import write_config
@@ -216,14 +217,14 @@ def test_train_job_asked_for_a_gpu(slurm_run, cluster):
         assert "gpu" not in cluster.job(other).get("TresPerJob", ""), other
 
 
-def test_warning_signal_checkpoints_requeues_and_resumes(cluster, tmp_path):
+def test_warning_signal_checkpoints_requeues_and_resumes(cluster, tmp_path_factory, tmp_path):
     """SLURM's warning signal (SIGUSR1 to the job's processes, what ``--signal=USR1@<s>`` sends
     before the time limit; here sent at once with ``scancel --signal=USR1``) during training:
     the training process writes a checkpoint and requeues its own job; SLURM starts it again
     under the same id, it resumes from that checkpoint and completes, and Snakemake, which
-    never saw a failure, spends no retry."""
-    workdir = tmp_path / "wf"
-    make_workflow_data(workdir, 240)
+    never saw a failure, spends no retry. Starts from the prepared project (tests/built.py): the
+    training is the only job."""
+    workdir = prepared_project(tmp_path_factory, tmp_path / "wf")
     write_config(workdir, training={"batch_size": 8, "max_steps": 180, "epochs": 6, "eval_steps": 30,
                                     "log_steps": 1, "checkpoint_steps": 1000})
     cfg = yaml.safe_load((workdir / "test.yaml").read_text())
