@@ -80,16 +80,23 @@ PREPARED_DATA = {"data": {"corpus": {"path": "data/corpus.txt", "max_lines": 200
 PREPARED_TARGETS = ["resources/corpus/manifest.json", "resources/senteval/manifest.json", "resources/plms/tiny.json"]
 
 
-def build_prepared(folder: Path) -> None:
-    """The synthetic data (a BEIR dataset ``toy`` among it, not prepared) and the tiny BERT,
-    prepared by the real rules in one invocation."""
-    import yaml
-
+def make_prepared_data(folder: Path) -> None:
+    """The raw data and tiny BERT that :data:`PREPARED_DATA` names (a BEIR dataset ``toy`` among
+    them), under ``folder``."""
     from tests.helpers import make_beir, make_workflow_data
-    from tests.test_workflow import snakemake
 
     make_workflow_data(folder, 300)
     make_beir(folder / "data" / "beir" / "toy")
+
+
+def build_prepared(folder: Path) -> None:
+    """:func:`make_prepared_data`, prepared by the real rules in one invocation (the BEIR
+    dataset is not prepared)."""
+    import yaml
+
+    from tests.test_workflow import snakemake
+
+    make_prepared_data(folder)
     (folder / "test.yaml").write_text(yaml.safe_dump({**PREPARED_DATA, "mlflow": {"experiment_name": "cselab-prepared"}}))
     snakemake(folder, "--cores", "2", "--", *PREPARED_TARGETS)
 

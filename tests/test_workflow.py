@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.helpers import clean_console, make_beir, make_corpus, make_senteval, make_transfer
+from tests.helpers import clean_console, make_beir
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
@@ -66,13 +66,9 @@ def write_config(workdir: Path, **patch) -> None:
 def build_tables(workdir: Path) -> None:
     """The tiny project of this file, every table built in one invocation from raw data (its
     MLflow runs are checked as one invocation's); Snakemake's console kept beside it."""
-    from tests.helpers import make_tiny_bert
+    from tests.built import make_prepared_data
 
-    make_senteval(workdir / "data" / "senteval", n_extra=12)
-    make_transfer(workdir / "data" / "senteval")
-    make_beir(workdir / "data" / "beir" / "toy")
-    make_corpus(workdir / "data" / "corpus.txt", 300)
-    make_tiny_bert(workdir / "tiny-bert")
+    make_prepared_data(workdir)
     write_config(workdir)
     one_thread = [f"{rule}=1" for rule in ["train", *EVALS, "evaluate_stsb_dev"]]  # tiny model: run two jobs at a time
     proc = snakemake(workdir, "--cores", "2", "--set-threads", *one_thread, "--",
