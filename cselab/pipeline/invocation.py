@@ -125,12 +125,24 @@ def set_up(run: Invocation, cfg: dict) -> None:
         from cselab.pipeline.locks import hold_invocation
 
         hold_invocation(STATE_DIR, os.environ.get(COMMAND_ENV))
+        _warm_job_host(run)
     if run.checks and not run.forced_corpus:
         check_corpus_source(cfg)
     if run.checks:
         set_aside_damaged_models(run.executing)
         for hint in deleted_experiments(cfg):
             print(f"cselab: {hint}", file=sys.stderr)
+
+
+def _warm_job_host(run: Invocation) -> None:
+    """Jobs this invocation runs itself, on a machine without a GPU, run as forks of one warm
+    process (:mod:`cselab.pipeline.jobhost`); a cluster's jobs each start their own."""
+    from cselab.pipeline import jobhost
+
+    if jobhost.wanted(local=not run.gpus):
+        jobhost.enable(os.environ[INVOCATION_ENV])
+    else:
+        os.environ.pop(jobhost.ADDRESS_ENV, None)
 
 
 def check_corpus_source(cfg: dict) -> None:

@@ -54,11 +54,17 @@ def senteval_root(manifest: str | Path) -> Path:
     return verify_senteval(manifest)
 
 
-def process_seconds() -> float:
-    """Wall seconds since this process started (its interpreter start and imports included)."""
-    import psutil
+#: when the job's process started (a job the warm host runs: its client's start, not the fork's)
+PROCESS_START: list[float | None] = [None]
 
-    return time.time() - psutil.Process().create_time()
+
+def process_seconds() -> float:
+    """Wall seconds since this job's process started (its interpreter start and imports included)."""
+    if PROCESS_START[0] is None:
+        import psutil
+
+        PROCESS_START[0] = psutil.Process().create_time()
+    return time.time() - PROCESS_START[0]
 
 
 def time_breakdown(phases: dict[str, float], log_prefix: str) -> dict[str, float]:
@@ -87,6 +93,16 @@ def set_threads(threads: int) -> None:
         os.environ[name] = str(max(1, threads))
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(max(1, threads))
+
+
+def _own_usage() -> str:
+    """The job's CPU seconds and peak memory, its own and its child processes' (a job the warm host
+    runs: what Snakemake's benchmark file cannot see)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return f"; cpu {cpu:.1f} s, peak {max(own.ru_maxrss, children.ru_maxrss) / 1024:.0f} MiB"
 
 
 #: a job's log file: every record in full
@@ -120,8 +136,24 @@ def log_file_handler(path: str | Path) -> logging.Handler:
 
 
 def main(smk, job: Callable) -> None:
-    """Run ``job(smk)`` for a Snakemake ``script:``: log to the rule's log file, clear user errors;
-    the last line of the log says how long the job's process took and whether it imported torch."""
+    """Run ``job(smk)`` for a Snakemake ``script:``: as a fork of the invocation's warm job host
+    where it has one (:mod:`cselab.pipeline.jobhost`), else in this process."""
+    # MLflow's check for a Databricks job imports IPython where it is installed (0.5 s a run)
+    os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
+    from cselab.pipeline import jobhost
+
+    status = jobhost.run_in_host(smk, job)
+    if status is not None:
+        jobhost.exit_like(status)
+    run_here(smk, job)
+
+
+def run_here(smk, job: Callable) -> None:
+    """Run ``job(smk)`` in this process: log to the rule's log file, clear user errors; the last
+    line of the log says how long the job's process took, whether it imported torch and whether it
+    ran as a fork of the warm job host."""
+    from cselab.pipeline.jobhost import describe
+
     started = time.perf_counter()
     _CLOCK["start"] = process_seconds()  # interpreter, Snakemake's script preamble, the imports above
     handlers: list[logging.Handler] = [console_handler(smk)]
@@ -143,8 +175,8 @@ def main(smk, job: Callable) -> None:
 
             load_plugins(list(smk.cselab_operations.plugins))
         job(smk)
-        log.info("rule %s done in %.1f s (this process; torch %s)", smk.rule, time.perf_counter() - started,
-                 "imported" if "torch" in sys.modules else "not imported")
+        log.info("rule %s done in %.1f s (this process; %s%s)", smk.rule, time.perf_counter() - started,
+                 describe(), _own_usage())
     except CselabError as e:
         log.error("%s", e)  # the console's one line for the failure quotes it from the log
         sys.exit(1)

@@ -1,0 +1,367 @@
+"""The warm job host: one process per local ``snakemake`` invocation that has imported what rule
+jobs import (MLflow and its SQL store, torch, transformers) and runs each job as a fork of itself.
+
+A tiny job spends most of its process's life importing: MLflow with its SQL store about 3 s,
+torch 2.3 s, transformers' BERT classes 3-4 s more, against well under a second of work. Without
+the host every job pays that again; with it the invocation pays it once.
+
+How a job runs through it (:func:`run_in_host`, called by :func:`cselab.pipeline.jobs.main`):
+
+- The job's own process (Snakemake's ``script:``, here called the client) connects to the
+  invocation's host, starting it on first use, and sends what the job is: its ``snakemake``
+  object, job function, working folder, environment, umask and its standard streams (the file
+  descriptors themselves, so the console and the log see what they saw before).
+- The host forks. The fork takes the client's streams, folder and environment, reseeds Python's
+  and numpy's random generators, and runs the job exactly as the client would have
+  (:func:`cselab.pipeline.jobs.run_here`); its exit status comes back to the client, which exits
+  with it (or dies of the same signal), so Snakemake sees what it would have seen.
+- Signals sent to the client (Snakemake's terminate, the terminal's Ctrl-C, SLURM's) are passed
+  on to the job; a client killed outright (SIGKILL) takes its job with it: the job watches the
+  connection and kills itself when it closes.
+
+When it is used: an invocation that runs jobs itself on a machine without a GPU (a plain
+``snakemake --cores N``; never with an executor or profile, where each job is its own batch job,
+and never where a GPU is visible, since a process must not fork after CUDA may have been touched).
+``CSELAB_JOB_HOST=0`` turns it off. Anything that keeps the host from answering (it cannot
+start, it died) makes the job run in its own process as before; a job never fails for it.
+
+What differs for a job run this way: Snakemake's benchmark file times the client, so its wall
+seconds are the job's, but its CPU and memory columns are the waiting client's; the job's own
+CPU seconds and peak memory are in its log's last line, and the invocation's closing summary
+(:mod:`cselab.pipeline.console`) adds those CPU seconds. A host exits once its invocation's
+process has ended and its last job has been reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+#: set by the invocation (:func:`cselab.pipeline.invocation.set_up`) for its jobs: the host's address
+ADDRESS_ENV = "CSELAB_JOB_HOST_ADDRESS"
+#: the invocation's process, which the host outlives by no more than its running jobs
+INVOCATION_PID_ENV = "CSELAB_INVOCATION_PID"
+#: ``0`` turns the host off (every job in its own process)
+SWITCH_ENV = "CSELAB_JOB_HOST"
+#: set inside a job the host runs (for its log line and for processes it starts)
+IN_HOST_ENV = "CSELAB_IN_JOB_HOST"
+
+#: what every job imports: tracking (MLflow, its SQL store and what its runs touch), Snakemake's script object
+LIGHT = ("mlflow", "mlflow.tracking.fluent", "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.db.utils",
+         "alembic.script", "git", "requests", "psutil", "snakemake.script", "cselab.pipeline.tracking",
+         "cselab.pipeline.jobs", "cselab.pipeline.jobs.report", "cselab.pipeline.jobs.data")
+#: what the jobs that load a model import; the host takes them on when the first such job comes
+TORCH = ("torch", "transformers", "transformers.models.bert.modeling_bert", "transformers.models.auto",
+         "safetensors.torch", "cselab.models.encoder", "cselab.evaluation.encoding", "cselab.training.loop",
+         "cselab.pipeline.jobs.train", "cselab.pipeline.jobs.evaluate")
+#: the job functions that load a model (their family's imports are worth holding warm)
+TORCH_JOBS = frozenset({"train", "pretrain", "evaluate", "export", "resolve_plm", "protocol_table",
+                        "leakage_audit"})
+#: signals a client passes on to its job (SIGINT to the job's process group, as a terminal would)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+#: how long a client waits for a host it started to answer before it runs its job itself
+START_TIMEOUT_S = 60.0
+
+
+def address(invocation: str, pid: int, root: str | Path) -> str:
+    """The name of the hosts' abstract sockets for one invocation (its id and process) and
+    checkout (nothing on disk); each Python a job runs under (a rule's conda environment has its
+    own) has a host of its own at :func:`_for_this_python`."""
+    key = "\0".join([invocation, str(pid), str(root), str(os.getuid())])
+    return "cselab-jobhost-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def _for_this_python(addr: str) -> str:
+    return f"{addr}-{hashlib.sha1(sys.executable.encode()).hexdigest()[:8]}"
+
+
+def wanted(local: bool) -> bool:
+    """Whether an invocation's jobs go through a host: it runs them itself (``local``) on a
+    machine without a visible GPU, and ``CSELAB_JOB_HOST`` is not ``0``."""
+    import glob
+
+    return local and os.environ.get(SWITCH_ENV, "1") != "0" and not glob.glob("/dev/nvidia[0-9]*")
+
+
+def enable(invocation: str) -> None:
+    """Point this invocation's jobs at its host (started by the first job that asks)."""
+    os.environ[ADDRESS_ENV] = address(invocation, os.getpid(), _root())
+    os.environ[INVOCATION_PID_ENV] = str(os.getpid())
+
+
+def _root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+# -- the client: a rule job's own process ----------------------------------------------------------
+
+def run_in_host(smk, job: Callable) -> int | None:
+    """Run ``job(smk)`` as a fork of the invocation's host and return its exit status (negative:
+    the signal that ended it); ``None`` when there is no host to use (the caller runs the job)."""
+    addr = os.environ.get(ADDRESS_ENV)
+    if not addr or os.environ.get(IN_HOST_ENV) or os.environ.get(SWITCH_ENV, "1") == "0":
+        return None
+    conn = _connect(_for_this_python(addr))
+    if conn is None:
+        return None
+    try:
+        _send_request(conn, smk, job)
+        reader = conn.makefile("rb")
+        first = reader.readline()
+    except OSError:
+        return None
+    if not first.startswith(b"P"):
+        return None  # the host could not take it: nothing ran, the caller runs the job
+    return _wait_for_job(int(first[1:]), reader)
+
+
+def _connect(addr: str) -> socket.socket | None:
+    sock = _try_connect(addr)
+    if sock is not None:
+        return sock
+    host = _start_host(addr)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        sock = _try_connect(addr)
+        if sock is not None:
+            return sock
+        if host is None or (host.poll() is not None and host.returncode != 0):
+            return None  # it could not start
+        time.sleep(0.05)
+    return None
+
+
+def _try_connect(addr: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + addr)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def _start_host(addr: str) -> subprocess.Popen | None:
+    """A host for ``addr``, in a session of its own, holding none of the client's files; the
+    process started here binds the address and leaves a fork behind to serve, so the host is no
+    job's child (Snakemake's benchmark of a job counts its process's children). Two jobs that
+    start one at once each start one, and the second to bind the address leaves."""
+    code = (f"import sys; sys.path.insert(0, {str(_root())!r}); from cselab.pipeline.jobhost import serve; "
+            f"sys.exit(serve({addr!r}, {int(os.environ.get(INVOCATION_PID_ENV) or os.getppid())}))")
+    try:
+        return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+    except OSError:
+        return None
+
+
+def _send_request(conn: socket.socket, smk, job: Callable) -> None:
+    import psutil
+
+    request = {"job": f"{job.__module__}:{job.__qualname__}", "smk": smk, "cwd": os.getcwd(),
+               "env": dict(os.environ), "umask": _umask(), "argv": list(sys.argv),
+               "started": psutil.Process().create_time(), "torch": job.__name__ in TORCH_JOBS}
+    payload = pickle.dumps(request)
+    socket.send_fds(conn, [struct.pack("!Q", len(payload))], [0, 1, 2])
+    conn.sendall(payload)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _wait_for_job(pid: int, reader) -> int:
+    """Pass signals on to the job until the host reports how it ended."""
+    def forward(signum, _frame):
+        with contextlib.suppress(OSError):
+            if signum == signal.SIGINT:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    line = reader.readline()
+    if line.startswith(b"X"):
+        return int(line[1:])
+    # the host is gone without a word: wait for the job itself, whose end it can no longer report
+    while _alive(pid):
+        time.sleep(0.5)
+    print(f"cselab: the job host ended before this job's process {pid} reported; see the job's log",
+          file=sys.stderr)
+    return 1
+
+
+def exit_like(status: int) -> None:
+    """Leave the client as its job left: its exit code, or killed by the same signal."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        time.sleep(5)
+    os._exit(status if status >= 0 else 1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- the host --------------------------------------------------------------------------------------
+
+def serve(addr: str, invocation_pid: int) -> int:
+    """The host's loop: bind ``addr`` (or leave, if another host has it), import :data:`LIGHT`,
+    fork a job for each request; leave once ``invocation_pid`` has ended and no job is running.
+    In a fork, returns the job's exit status."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind("\0" + addr)
+    except OSError:
+        return 0  # another host has this invocation
+    listener.listen(64)
+    if os.fork():  # the process the client started leaves at once: no job's process tree holds the host
+        os._exit(0)
+    _preload(LIGHT)
+    running: set[int] = set()
+    while _alive(invocation_pid) or running:
+        if not select.select([listener], [], [], 1.0)[0]:
+            continue
+        conn, _ = listener.accept()
+        try:
+            request, fds = _receive(conn)
+        except (OSError, EOFError, pickle.UnpicklingError, struct.error):
+            conn.close()
+            continue
+        if request.get("torch"):
+            _preload(TORCH)
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            return _become_job(conn, fds, request)
+        for fd in fds:
+            os.close(fd)
+        running.add(pid)
+        with contextlib.suppress(OSError):
+            conn.sendall(b"P%d\n" % pid)
+        threading.Thread(target=_report, args=(pid, conn, running), daemon=True).start()
+    return 0
+
+
+def _preload(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    head, fds, _flags, _addr = socket.recv_fds(conn, 8, 3)
+    if len(head) != 8 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise EOFError("incomplete request")
+    size = struct.unpack("!Q", head)[0]
+    chunks, left = [], size
+    while left:
+        chunk = conn.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("incomplete request")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return pickle.loads(b"".join(chunks)), fds
+
+
+def _report(pid: int, conn: socket.socket, running: set[int]) -> None:
+    """Wait for a job and tell its client how it ended (``X<status>``, negative for a signal)."""
+    _, status, _usage = os.wait4(pid, 0)
+    running.discard(pid)
+    code = os.waitstatus_to_exitcode(status)
+    with contextlib.suppress(OSError):
+        conn.sendall(b"X%d\n" % code)
+    conn.close()
+
+
+def _become_job(conn: socket.socket, fds: list[int], request: dict) -> int:
+    """In the fork: take the client's streams, folder and environment, then run its job."""
+    os.setpgid(0, 0)
+    for signum in FORWARDED:
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    _reopen_std_streams()
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ[IN_HOST_ENV] = "1"
+    sys.argv = request["argv"]
+    _fresh_process_state()
+    _TORCH_BEFORE_THE_JOB[0] = "torch" in sys.modules
+    threading.Thread(target=_die_with_client, args=(conn,), daemon=True).start()
+    module, name = request["job"].split(":")
+    job = getattr(importlib.import_module(module), name)
+    from cselab.pipeline import jobs
+
+    jobs.PROCESS_START[0] = request["started"]
+    jobs.run_here(request["smk"], job)
+    return 0
+
+
+def _reopen_std_streams() -> None:
+    """Python's standard streams on the client's descriptors, buffered as the client's would be."""
+    enc = {"encoding": "utf-8", "errors": "backslashreplace"}
+    sys.stdin = open(0, "r", closefd=False, **enc)
+    sys.stdout = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False, **enc)
+    sys.stderr = open(2, "w", buffering=1, closefd=False, **enc)
+
+
+def _fresh_process_state() -> None:
+    """What a new process would not share with its siblings: random seeds, the temporary folder."""
+    import random
+    import tempfile
+
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    tempfile.tempdir = None
+
+
+def _die_with_client(conn: socket.socket) -> None:
+    """The client is gone (killed outright): so is its job, as a job killed outright would be."""
+    with contextlib.suppress(OSError):
+        while conn.recv(1):
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_TORCH_BEFORE_THE_JOB = [False]
+
+
+def describe() -> str:
+    """For a job's last log line: whether it imported torch (or found it imported by the host)
+    and whether it ran as a fork of the warm host."""
+    torch = ("not imported" if "torch" not in sys.modules
+             else "held by the host" if _TORCH_BEFORE_THE_JOB[0] else "imported")
+    return f"torch {torch}; " + ("a fork of the warm job host" if os.environ.get(IN_HOST_ENV) else "its own process")
+

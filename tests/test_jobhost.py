@@ -1,0 +1,180 @@
+"""The warm job host (cselab/pipeline/jobhost.py): a job runs as a fork of the invocation's host
+with its client's streams, folder, environment and umask; its status, a signal sent to the client
+and a client killed outright all reach the job as they would its own process; without a host
+the job runs in its own process; the host leaves after its invocation. Real processes
+throughout, no Snakemake: the clients are what a rule's ``script:`` runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cselab.pipeline import jobhost
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CLIENT = """
+import sys
+from types import SimpleNamespace
+sys.path.insert(0, {root!r})
+from cselab.pipeline.jobs import main
+from tests import jobhost_jobs
+smk = SimpleNamespace(rule="toy", threads=1, log=[{log!r}], params={{"report": {report!r}}}, config={{}},
+                      wildcards={{}})
+main(smk, getattr(jobhost_jobs, {name!r}))
+"""
+
+
+@pytest.fixture(scope="module")
+def invocation():
+    """An invocation's process (a sleeper) and its host's address; the host is started by the
+    first job and must leave once the sleeper has ended."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    addr = jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT)
+    yield sleeper, addr
+    sleeper.kill()
+    sleeper.wait()
+
+
+def start(tmp_path: Path, invocation, name: str, **env) -> subprocess.Popen:
+    sleeper, addr = invocation
+    code = CLIENT.format(root=str(ROOT), log=str(tmp_path / "job.log"), report=str(tmp_path / "report.json"),
+                         name=name)
+    full = {**os.environ, jobhost.ADDRESS_ENV: addr, jobhost.INVOCATION_PID_ENV: str(sleeper.pid),
+            "JOBHOST_TEST_MARKER": "seen", **env}
+    full.pop(jobhost.IN_HOST_ENV, None)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=full, umask=0o027,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def report(tmp_path: Path, timeout: float = 60) -> dict:
+    path = tmp_path / "report.json"
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, "the job never reported"
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+def hosts(addr: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(addr in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_a_job_runs_as_a_fork_with_the_clients_streams_folder_and_environment(tmp_path, invocation):
+    client = start(tmp_path, invocation, "echo")
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 0, err
+    seen = report(tmp_path)
+    assert seen["ran"] == "torch not imported; a fork of the warm job host" and seen["pid"] != client.pid
+    assert seen["cwd"] == str(tmp_path) and seen["marker"] == "seen" and seen["umask"] == 0o027
+    assert "to stdout from the job" in out and "to stderr from the job" in err
+    assert "a fork of the warm job host" in (tmp_path / "job.log").read_text().splitlines()[-1]
+    assert len(hosts(invocation[1])) == 1
+
+
+def test_the_jobs_status_and_fatal_signal_reach_the_client(tmp_path, invocation):
+    client = start(tmp_path, invocation, "fail")
+    _, err = client.communicate(timeout=120)
+    assert client.returncode == 1 and "Traceback" not in err
+    assert "the toy job's input is bad" in (tmp_path / "job.log").read_text()  # the console quotes it from there
+    (tmp_path / "crash").mkdir()
+    client = start(tmp_path / "crash", invocation, "crash")
+    client.communicate(timeout=120)
+    assert client.returncode == -signal.SIGSEGV
+
+
+def test_a_signal_to_the_client_reaches_the_job(tmp_path, invocation):
+    client = start(tmp_path, invocation, "wait_for_term")
+    report(tmp_path)
+    client.terminate()
+    client.communicate(timeout=60)
+    assert client.returncode == 3 and (tmp_path / "terminated").read_text() == "SIGTERM"
+
+
+def test_a_client_killed_outright_takes_its_job_with_it(tmp_path, invocation):
+    client = start(tmp_path, invocation, "sleep")
+    job = report(tmp_path)["pid"]
+    client.kill()
+    client.wait()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(job) and psutil.Process(job).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the job outlived its killed client"
+        time.sleep(0.05)
+
+
+def test_without_a_host_the_job_runs_in_its_own_process(tmp_path, invocation):
+    client = start(tmp_path, invocation, "echo", **{jobhost.SWITCH_ENV: "0"})
+    _, err = client.communicate(timeout=120)
+    assert client.returncode == 0, err
+    seen = report(tmp_path)
+    assert seen["ran"] == "torch not imported; its own process" and seen["pid"] == client.pid
+    unreachable = start(tmp_path, invocation, "echo", **{jobhost.INVOCATION_PID_ENV: "999999999",
+                                                          jobhost.ADDRESS_ENV: "cselab-jobhost-none"})
+    (tmp_path / "report.json").unlink()
+    _, err = unreachable.communicate(timeout=120)
+    assert unreachable.returncode == 0, err  # a host that leaves at once: the job runs itself
+    assert report(tmp_path)["ran"].endswith("its own process")
+
+
+def test_two_first_jobs_share_one_host_that_leaves_after_its_invocation(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    own = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
+    try:
+        folders = [tmp_path / "a", tmp_path / "b"]
+        for folder in folders:
+            folder.mkdir()
+        clients = [start(folder, own, "echo") for folder in folders]
+        for client in clients:
+            _, err = client.communicate(timeout=120)
+            assert client.returncode == 0, err
+        assert {report(f)["ran"] for f in folders} == {"torch not imported; a fork of the warm job host"}
+        deadline = time.monotonic() + 10
+        while len(hosts(own[1])) != 1:  # a second host that lost the race leaves
+            assert time.monotonic() < deadline, hosts(own[1])
+            time.sleep(0.1)
+        host = hosts(own[1])[0]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    host.wait(timeout=15)  # the invocation has ended: so does its host
+
+
+def test_only_jobs_an_invocation_runs_itself_without_a_gpu_use_a_host(monkeypatch):
+    from cselab.pipeline import invocation
+
+    monkeypatch.delenv(jobhost.SWITCH_ENV, raising=False)
+    monkeypatch.setenv(invocation.INVOCATION_ENV, "test-invocation")
+    monkeypatch.delenv(invocation.GPUS_ENV, raising=False)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+    gpu_here = bool(__import__("glob").glob("/dev/nvidia[0-9]*"))
+    for args, expected in ((["--cores", "2"], not gpu_here), (["--profile", "profiles/slurm"], False),
+                           (["--executor", "slurm", "-j", "4"], False)):
+        monkeypatch.delenv(jobhost.ADDRESS_ENV, raising=False)
+        invocation._warm_job_host(invocation.Invocation.of(args, main=True))
+        assert (jobhost.ADDRESS_ENV in os.environ) == expected, args
+    monkeypatch.setenv(jobhost.SWITCH_ENV, "0")
+    invocation._warm_job_host(invocation.Invocation.of(["--cores", "2"], main=True))
+    assert jobhost.ADDRESS_ENV not in os.environ
+
+
+def test_the_summary_counts_a_hosted_jobs_own_cpu_seconds(tmp_path):
+    from cselab.pipeline.console import hosted_job_cpu_seconds
+
+    log = tmp_path / "job.log"
+    log.write_text("2026-11-27 12:00:00,000 cselab INFO rule train done in 3.0 s (this process; torch held by the host; "
+                   "a fork of the warm job host; cpu 2.5 s, peak 500 MiB)\n")
+    assert hosted_job_cpu_seconds([str(log)]) == 2.5
+    log.write_text("2026-11-27 12:00:00,000 cselab INFO rule train done in 3.0 s (this process; torch held by the host; "
+                   "its own process; cpu 9.5 s, peak 500 MiB)\n")
+    assert hosted_job_cpu_seconds([str(log)]) == 0.0  # its benchmark file counted it
