@@ -161,6 +161,19 @@ def test_accumulation_splits_the_step_into_micro_batches(tiny_bert, tmp_path):
     assert abs(losses(plain)[0] - losses(one)[0]) > 1e-4  # fewer negatives per micro-batch: another loss
 
 
+def _workers_die_with_their_agent(job_folder: str) -> None:
+    """The workers of a job killed outright do not wait out the process group's timeout."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + 30
+    while left := [p for p in psutil.process_iter(["cmdline", "status"])
+                   if job_folder in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, f"the killed job's workers outlived it: {[p.pid for p in left]}"
+        time.sleep(0.2)
+
+
 def test_kill_two_processes_and_resume_on_one(tiny_bert, tmp_path):
     """A 2-process job killed after its step-2 checkpoint resumes on 1 process and ends where an
     uninterrupted run ends."""
@@ -191,6 +204,7 @@ def test_kill_two_processes_and_resume_on_one(tiny_bert, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-00000002"]
+    _workers_die_with_their_agent(str(tmp_path / "killed-job"))
 
     resumed = run(s, corpus, out, devices=1, checkpoint_dir=ckpt)
     assert resumed.resumed_from == 2 and resumed.steps == 6

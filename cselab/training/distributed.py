@@ -20,6 +20,7 @@ runs the same code.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
@@ -376,6 +377,8 @@ def _worker(job_file: str) -> None:
     """A torchrun worker: join the group, run the entry, rank 0 keeps its result."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    _die_with_agent()
+
     @record  # the exception goes to the agent's error file: the launcher's message quotes it
     def run() -> None:
         job = pickle.loads(Path(job_file).read_bytes())
@@ -397,6 +400,18 @@ def _worker(job_file: str) -> None:
             teardown()
 
     run()
+
+
+def _die_with_agent() -> None:
+    """A worker whose agent (the rule job's process) is killed outright is killed too (Linux's
+    parent-death signal), instead of waiting out the process group's timeout holding its memory
+    and GPU; an agent that stops on a signal stops its workers itself first."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the agent was gone before the signal was set
+        os._exit(1)
 
 
 def _worker_logging(log_file: str | None) -> None:
