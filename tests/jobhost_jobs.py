@@ -54,3 +54,10 @@ def wait_for_term(smk) -> None:
 def sleep(smk) -> None:
     _report(smk)
     time.sleep(60)
+
+
+def train(smk) -> None:
+    """Named as the training job is (the host holds torch for it, where it may): imports torch."""
+    import torch  # noqa: F401
+
+    _report(smk)

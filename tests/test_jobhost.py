@@ -127,6 +127,23 @@ def test_without_a_host_the_job_runs_in_its_own_process(tmp_path, invocation):
     assert report(tmp_path)["ran"].endswith("its own process")
 
 
+@pytest.mark.parametrize("torch_in_host", ["1", "0"])
+def test_the_host_holds_torch_for_model_jobs_except_where_a_gpu_is_visible(tmp_path, torch_in_host):
+    """A training job finds torch imported by the host; where a GPU is visible (``CSELAB_JOB_HOST_TORCH=0``,
+    set by the invocation) the host never imports it and the job does."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    own = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
+    try:
+        client = start(tmp_path, own, "train", **{jobhost.TORCH_ENV: torch_in_host})
+        _, err = client.communicate(timeout=300)
+        assert client.returncode == 0, err
+        held = "torch held by the host" if torch_in_host == "1" else "torch imported"
+        assert report(tmp_path)["ran"] == f"{held}; a fork of the warm job host"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_two_first_jobs_share_one_host_that_leaves_after_its_invocation(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     own = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
@@ -150,15 +167,16 @@ def test_two_first_jobs_share_one_host_that_leaves_after_its_invocation(tmp_path
     host.wait(timeout=15)  # the invocation has ended: so does its host
 
 
-def test_only_jobs_an_invocation_runs_itself_without_a_gpu_use_a_host(monkeypatch):
+def test_only_jobs_an_invocation_runs_itself_use_a_host(monkeypatch):
     from cselab.pipeline import invocation
 
-    monkeypatch.delenv(jobhost.SWITCH_ENV, raising=False)
+    for name in (jobhost.SWITCH_ENV, jobhost.ADDRESS_ENV, jobhost.INVOCATION_PID_ENV, jobhost.TORCH_ENV):
+        monkeypatch.setenv(name, "")  # restored after the test, whatever the invocation sets
+        monkeypatch.delenv(name)
     monkeypatch.setenv(invocation.INVOCATION_ENV, "test-invocation")
     monkeypatch.delenv(invocation.GPUS_ENV, raising=False)
     monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
-    gpu_here = bool(__import__("glob").glob("/dev/nvidia[0-9]*"))
-    for args, expected in ((["--cores", "2"], not gpu_here), (["--profile", "profiles/slurm"], False),
+    for args, expected in ((["--cores", "2"], True), (["--profile", "profiles/slurm"], False),
                            (["--executor", "slurm", "-j", "4"], False)):
         monkeypatch.delenv(jobhost.ADDRESS_ENV, raising=False)
         invocation._warm_job_host(invocation.Invocation.of(args, main=True))

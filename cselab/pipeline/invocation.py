@@ -76,9 +76,14 @@ def asks_for_gpus(args: list[str]) -> bool:
     neither asks for nor shows one."""
     import glob
 
-    named = any(a.split("=")[0] in ("--executor", "-e", "--profile", "--workflow-profile") for a in args)
     planned = os.environ.get(GPUS_ENV) == "1"  # the cost plan's dry run prices GPU nodes
-    return named or planned or bool(os.environ.get("SNAKEMAKE_PROFILE")) or bool(glob.glob("/dev/nvidia[0-9]*"))
+    return cluster(args) or planned or bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def cluster(args) -> bool:
+    """The command hands its jobs to an executor or a profile (a cluster's: each job its own batch job)."""
+    return (any(a.split("=")[0] in ("--executor", "-e", "--profile", "--workflow-profile") for a in args)
+            or bool(os.environ.get("SNAKEMAKE_PROFILE")))
 
 
 def config_sources(configfiles: list[str], given: list[str], overrides: dict) -> list[tuple[str, dict]]:
@@ -135,11 +140,11 @@ def set_up(run: Invocation, cfg: dict) -> None:
 
 
 def _warm_job_host(run: Invocation) -> None:
-    """Jobs this invocation runs itself, on a machine without a GPU, run as forks of one warm
-    process (:mod:`cselab.pipeline.jobhost`); a cluster's jobs each start their own."""
+    """Jobs this invocation runs itself run as forks of one warm process
+    (:mod:`cselab.pipeline.jobhost`); a cluster's jobs each start their own."""
     from cselab.pipeline import jobhost
 
-    if jobhost.wanted(local=not run.gpus):
+    if jobhost.wanted(local=not cluster(run.args)):
         jobhost.enable(os.environ[INVOCATION_ENV])
     else:
         os.environ.pop(jobhost.ADDRESS_ENV, None)
