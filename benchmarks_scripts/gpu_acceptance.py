@@ -603,7 +603,15 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "benchmarks_scripts/gpu_acceptance.py", *given])
     args.out.mkdir(parents=True, exist_ok=True)
     report = Report(f"{name}, torch {torch.__version__}, {args.size} BERT", args.out, command)
-    work = Path(tempfile.mkdtemp(prefix="cselab-acceptance-"))
+    with tempfile.TemporaryDirectory(prefix="cselab-acceptance-") as scratch:  # models and corpora: hundreds of MB
+        run_sections(report, args, Path(scratch))
+    report.write()
+    print(f"wrote {args.out / 'acceptance.csv'}; {report.failed} check(s) failed")
+    return 1 if report.failed else 0
+
+
+def run_sections(report: Report, args, work: Path) -> None:
+    """Each section asked for, in order; one that raises is a failed row, not the end of the run."""
     model_dir, generator, lines = prepare(args, work)
     sections = args.sections.split(",")
     checks = {"train": lambda: check_training(report, args, model_dir, generator, lines, work),
@@ -620,9 +628,6 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
             report.add(section, "section raised", False, error=f"{type(exc).__name__}: {exc}"[:300])
-    report.write()
-    print(f"wrote {args.out / 'acceptance.csv'}; {report.failed} check(s) failed")
-    return 1 if report.failed else 0
 
 
 def prepare(args, work: Path) -> tuple[Path, Path, list[str]]:
