@@ -61,3 +61,10 @@ def train(smk) -> None:
     import torch  # noqa: F401
 
     _report(smk)
+
+
+def nap(smk) -> None:
+    """Reports, then works a few seconds more (long enough for the test to kill its host)."""
+    _report(smk)
+    time.sleep(4)
+    Path(smk.params["report"]).with_name("done").write_text("yes")

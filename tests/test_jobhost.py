@@ -113,6 +113,24 @@ def test_a_client_killed_outright_takes_its_job_with_it(tmp_path, invocation):
         time.sleep(0.05)
 
 
+def test_a_host_killed_during_a_job_loses_nothing(tmp_path):
+    """The job goes on, and the status it gave as it left reaches its client."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    own = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
+    try:
+        client = start(tmp_path, own, "nap")
+        job = report(tmp_path)["pid"]
+        for host in hosts(own[1]):  # the job is a fork of the host: the same command line
+            if host.pid != job:
+                host.kill()
+        _, err = client.communicate(timeout=120)
+        assert client.returncode == 0, err
+        assert (tmp_path / "done").read_text() == "yes"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_without_a_host_the_job_runs_in_its_own_process(tmp_path, invocation):
     client = start(tmp_path, invocation, "echo", **{jobhost.SWITCH_ENV: "0"})
     _, err = client.communicate(timeout=120)

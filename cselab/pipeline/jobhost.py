@@ -203,15 +203,26 @@ def _wait_for_job(pid: int, reader) -> int:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    line = reader.readline()
-    if line.startswith(b"X"):
-        return int(line[1:])
+    said = None  # the status the job gave itself as it left (``Y``); the host's (``X``) is final
+    for line in iter(reader.readline, b""):
+        if line.startswith(b"X"):
+            return int(line[1:])
+        said = int(line[1:]) if line.startswith(b"Y") else said
     # the host is gone without a word: wait for the job itself, whose end it can no longer report
-    while _alive(pid):
+    while _alive(pid) and not _zombie(pid):
         time.sleep(0.5)
+    if said is not None:
+        return said
     print(f"cselab: the job host ended before this job's process {pid} reported; see the job's log",
           file=sys.stderr)
     return 1
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def exit_like(status: int) -> None:
@@ -337,8 +348,21 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict) -> int:
     from cselab.pipeline import jobs
 
     jobs.PROCESS_START[0] = request["started"]
-    jobs.run_here(request["smk"], job)
+    try:
+        jobs.run_here(request["smk"], job)
+    except SystemExit as e:
+        _say_status(conn, e.code)
+        raise
+    _say_status(conn, 0)
     return 0
+
+
+def _say_status(conn: socket.socket, code) -> None:
+    """Tell the client the job's status as it leaves, so that a host gone meanwhile loses nothing
+    (the host's own report, after the process has ended, stays the one the client uses)."""
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    with contextlib.suppress(OSError):
+        conn.sendall(b"Y%d\n" % status)
 
 
 def _reopen_std_streams() -> None:
