@@ -188,10 +188,15 @@ HOST_SIDE = {("unpadded.py", "__init__"), ("mlm.py", "batch_width"), ("numerics.
 
 
 def host_side() -> bool:
-    """Whether the op being dispatched comes from :data:`HOST_SIDE` code."""
-    import traceback
-
-    return any((Path(f.filename).name, f.name) in HOST_SIDE for f in traceback.extract_stack())
+    """Whether the op being dispatched comes from :data:`HOST_SIDE` code (the caller's frames,
+    walked without reading their source lines as ``traceback.extract_stack`` would)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if (os.path.basename(code.co_filename), code.co_name) in HOST_SIDE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager

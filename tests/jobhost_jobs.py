@@ -15,7 +15,7 @@ def _report(smk, **more) -> None:
     from cselab.pipeline.jobhost import describe
 
     Path(smk.params["report"]).write_text(json.dumps({
-        "pid": os.getpid(), "cwd": os.getcwd(), "marker": os.environ.get("JOBHOST_TEST_MARKER"),
+        "pid": os.getpid(), "parent": os.getppid(), "cwd": os.getcwd(), "marker": os.environ.get("JOBHOST_TEST_MARKER"),
         "argv": sys.argv, "ran": describe(), "umask": _umask(), **more}))
 
 

@@ -47,9 +47,10 @@ def start(tmp_path: Path, invocation, name: str, **env) -> subprocess.Popen:
     sleeper, addr = invocation
     code = CLIENT.format(root=str(ROOT), log=str(tmp_path / "job.log"), report=str(tmp_path / "report.json"),
                          name=name)
-    full = {**os.environ, jobhost.ADDRESS_ENV: addr, jobhost.INVOCATION_PID_ENV: str(sleeper.pid),
+    inherited = {k: v for k, v in os.environ.items()  # a host of its own, unless a test names a template
+                 if k not in (jobhost.IN_HOST_ENV, jobhost.TEMPLATE_ENV)}
+    full = {**inherited, jobhost.ADDRESS_ENV: addr, jobhost.INVOCATION_PID_ENV: str(sleeper.pid),
             "JOBHOST_TEST_MARKER": "seen", **env}
-    full.pop(jobhost.IN_HOST_ENV, None)
     return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=full, umask=0o027,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -214,3 +215,41 @@ def test_the_summary_counts_a_hosted_jobs_own_cpu_seconds(tmp_path):
     log.write_text("2026-11-27 12:00:00,000 cselab INFO rule train done in 3.0 s (this process; torch held by the host; "
                    "its own process; cpu 9.5 s, peak 500 MiB)\n")
     assert hosted_job_cpu_seconds([str(log)]) == 0.0  # its benchmark file counted it
+
+
+def test_a_host_forked_from_a_template_serves_like_a_started_one(tmp_path):
+    """With ``CSELAB_JOB_HOST_TEMPLATE`` naming a live template of this checkout, an invocation's
+    host is a fork of it (no imports paid: torch is already held), runs jobs as a started host
+    does and leaves after its invocation; a template is not asked where a GPU is visible, nor is
+    one of another name (or checkout) found."""
+    name = f"test-{uuid.uuid4().hex}"
+    template = jobhost.start_template(name)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    own = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
+    try:
+        deadline = time.monotonic() + 120
+        while jobhost._try_connect(jobhost.template_address(name)) is None:  # it binds, then imports
+            assert time.monotonic() < deadline and template.poll() is None, "the template did not start"
+            time.sleep(0.1)
+        client = start(tmp_path, own, "echo", **{jobhost.TEMPLATE_ENV: name})
+        out, err = client.communicate(timeout=120)
+        assert client.returncode == 0, err
+        assert out == "to stdout from the job\n" and err.endswith("to stderr from the job\n"), (out, err)
+        seen = report(tmp_path)
+        assert seen["ran"] == "torch held by the host; a fork of the warm job host"
+        assert seen["cwd"] == str(tmp_path) and seen["marker"] == "seen" and seen["umask"] == 0o027
+        host = psutil.Process(seen["parent"])  # the job's host: a fork of the template, in a session of its own
+        assert host.ppid() == template.pid and host.pid == os.getsid(host.pid)
+        for gpu_or_other_name in ({jobhost.TORCH_ENV: "0"}, {jobhost.TEMPLATE_ENV: name + "-other"}):
+            (tmp_path / "report.json").unlink()
+            other = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
+            client = start(tmp_path, other, "echo", **{jobhost.TEMPLATE_ENV: name, **gpu_or_other_name})
+            _, err = client.communicate(timeout=120)
+            assert client.returncode == 0, err
+            assert report(tmp_path)["ran"] == "torch not imported; a fork of the warm job host"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    host.wait(timeout=15)  # the invocation has ended: so does its host
+    template.terminate()
+    template.wait(timeout=30)

@@ -63,6 +63,8 @@ SWITCH_ENV = "CSELAB_JOB_HOST"
 TORCH_ENV = "CSELAB_JOB_HOST_TORCH"
 #: set inside a job the host runs (for its log line and for processes it starts)
 IN_HOST_ENV = "CSELAB_IN_JOB_HOST"
+#: the name of a host template (:func:`serve_template`): invocations fork their hosts from it
+TEMPLATE_ENV = "CSELAB_JOB_HOST_TEMPLATE"
 
 #: what every job imports: tracking (MLflow, its SQL store and what its runs touch), Snakemake's script object
 LIGHT = ("mlflow", "mlflow.tracking.fluent", "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.db.utils",
@@ -139,6 +141,10 @@ def _connect(addr: str) -> socket.socket | None:
     sock = _try_connect(addr)
     if sock is not None:
         return sock
+    if _host_from_template(addr):
+        sock = _try_connect(addr)
+        if sock is not None:
+            return sock
     host = _start_host(addr)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -173,6 +179,84 @@ def _start_host(addr: str) -> subprocess.Popen | None:
                                 stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
     except OSError:
         return None
+
+
+def template_address(name: str) -> str:
+    """The abstract socket of the host template ``name`` for this checkout and Python: a template
+    serves only invocations of the code and interpreter it imported."""
+    key = "\0".join([name, str(_root()), sys.executable, str(os.getuid())])
+    return "cselab-jobhost-template-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def _host_from_template(addr: str) -> bool:
+    """Ask the host template named by ``CSELAB_JOB_HOST_TEMPLATE``, if one serves this checkout and
+    Python, to fork this invocation's host at ``addr``; False when there is none to ask (or a GPU
+    is visible: a template holds torch)."""
+    name = os.environ.get(TEMPLATE_ENV)
+    if not name or os.environ.get(TORCH_ENV) == "0":
+        return False
+    conn = _try_connect(template_address(name))
+    if conn is None:
+        return False
+    invocation = int(os.environ.get(INVOCATION_PID_ENV) or os.getppid())
+    try:
+        conn.settimeout(START_TIMEOUT_S)
+        conn.sendall(f"{addr} {invocation}\n".encode())
+        return conn.makefile("rb").readline() == b"H\n"  # bound by its fork, or by another host before
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def start_template(name: str) -> subprocess.Popen:
+    """Start the host template ``name`` (:func:`serve_template`) for this process's lifetime; its
+    invocations find it through ``CSELAB_JOB_HOST_TEMPLATE=name`` in their environment."""
+    code = (f"import sys; sys.path.insert(0, {str(_root())!r}); from cselab.pipeline.jobhost import serve_template; "
+            f"sys.exit(serve_template({name!r}, {os.getpid()}))")
+    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+
+
+def serve_template(name: str, parent_pid: int) -> int:
+    """A template of hosts, for many invocations in a row (the test suite starts one per worker):
+    it imports what a host imports, torch included, once, and forks each invocation's host from
+    that state, so no invocation pays the imports. A forked host is what :func:`serve` would be,
+    bound to its own invocation's address. The template leaves when ``parent_pid`` has ended. It
+    serves the code it imported: start it again after the checkout's code changes."""
+    listener = _bind(template_address(name))
+    if listener is None:
+        return 0  # one already serves this name
+    _preload(LIGHT + TORCH)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the hosts it forks are not its to wait for
+    while _alive(parent_pid):
+        if not select.select([listener], [], [], 1.0)[0]:
+            continue
+        conn, _ = listener.accept()
+        try:
+            conn.settimeout(10)
+            addr, invocation = conn.makefile("rb").readline().decode().split()
+        except (OSError, ValueError, UnicodeDecodeError):
+            conn.close()
+            continue
+        if os.fork() == 0:
+            listener.close()
+            return _become_host(conn, addr, int(invocation))
+        conn.close()
+    return 0
+
+
+def _become_host(conn: socket.socket, addr: str, invocation_pid: int) -> int:
+    """In the template's fork: a session of its own, the invocation's address bound, then the host."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a host waits for its jobs itself
+    listener = _bind(addr)
+    with contextlib.suppress(OSError):
+        conn.sendall(b"H\n")  # bound here, or already by another host: either way the client connects
+        conn.close()
+    if listener is None:
+        return 0
+    return _serve_bound(listener, invocation_pid)
 
 
 def _send_request(conn: socket.socket, smk, job: Callable) -> None:
@@ -252,14 +336,28 @@ def serve(addr: str, invocation_pid: int) -> int:
     """The host's loop: bind ``addr`` (or leave, if another host has it), import :data:`LIGHT`,
     fork a job for each request; leave once ``invocation_pid`` has ended and no job is running.
     In a fork, returns the job's exit status."""
+    listener = _bind(addr)
+    if listener is None:
+        return 0  # another host has this invocation
+    if os.fork():  # the process the client started leaves at once: no job's process tree holds the host
+        os._exit(0)
+    return _serve_bound(listener, invocation_pid)
+
+
+def _bind(addr: str) -> socket.socket | None:
+    """A listening socket at the abstract address ``addr``; None when another process has it."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind("\0" + addr)
     except OSError:
-        return 0  # another host has this invocation
+        listener.close()
+        return None
     listener.listen(64)
-    if os.fork():  # the process the client started leaves at once: no job's process tree holds the host
-        os._exit(0)
+    return listener
+
+
+def _serve_bound(listener: socket.socket, invocation_pid: int) -> int:
+    """The host's loop on its bound ``listener`` (:func:`serve`)."""
     _preload(LIGHT)
     running: set[int] = set()
     while _alive(invocation_pid) or running:
