@@ -23,6 +23,7 @@ import yaml
 
 from tests.built import PREPARED_DATA, built_once, copy_built, prepared_project
 from tests.helpers import clean_console, make_workflow_data
+from tests import smk_forks
 from tests.test_workflow import ROOT
 
 EXP = "simcse-tiny-s42"
@@ -78,7 +79,7 @@ def smk_env(uri: str | None = None) -> dict:
 
 
 def run_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(smk_cmd(root, *args), capture_output=True, text=True, env=smk_env(uri), timeout=900)
+    return smk_forks.run(smk_cmd(root, *args), smk_env(uri), timeout=900)
 
 
 def start_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.Popen:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests import smk_forks
 from tests.helpers import clean_console, make_beir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = 
     env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, **(env or {})}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    proc = smk_forks.run(cmd, env, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc

@@ -1,0 +1,179 @@
+"""``python -m snakemake ...`` for tests, each invocation a fork of one process per test worker
+that has imported Snakemake and cselab's planning modules once (about 1.5 CPU seconds an
+invocation otherwise; the suite runs about a hundred).
+
+A fork is a process of its own, as ``subprocess.run`` would start: its own pid, standard streams,
+working folder, environment, exit status and atexit handlers; only the imports are shared, made
+before any invocation's settings were known. What differs from a started process is chosen so
+that nothing a test checks can differ:
+
+- only the current checkout's Snakefile under this interpreter and ``PYTHONPATH`` goes through a
+  fork (another checkout's code would find this one's modules imported): anything else, and any
+  call while the fork server cannot start, runs as a plain subprocess;
+- tests that signal or race a live invocation start it with ``subprocess.Popen`` themselves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import random
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: imported once by the fork server: Snakemake's command line and what the Snakefile imports to plan
+PRELOAD = ("snakemake.cli", "snakemake.api", "snakemake.workflow", "snakemake.dag", "snakemake.persistence",
+           "snakemake.report", "smart_open", "jsonschema", "yaml", "cselab.pipeline.config",
+           "cselab.pipeline.invocation", "cselab.pipeline.targets", "cselab.pipeline.jobspecs",
+           "cselab.pipeline.outputs", "cselab.pipeline.console")
+_SERVER: list = [None]  # (Popen, address) of this process's fork server
+
+
+def run(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)``, through a
+    fork of the server where :func:`forkable` says it may."""
+    conn = _connect() if forkable(cmd, env) else None
+    if conn is None:
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            open(os.devnull) as null, conn:
+        payload = pickle.dumps({"args": cmd[3:], "cwd": os.getcwd(), "env": dict(env)})
+        socket.send_fds(conn, [struct.pack("!Q", len(payload))], [null.fileno(), out.fileno(), err.fileno()])
+        conn.sendall(payload)
+        reader = conn.makefile("rb")
+        pid = int(reader.readline()[1:])
+        code = _wait(conn, reader, pid, cmd, timeout)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, code, out.read(), err.read())
+
+
+def forkable(cmd: list[str], env: dict) -> bool:
+    """This checkout's Snakefile, run by this interpreter with this process's ``PYTHONPATH``."""
+    return (cmd[:3] == [sys.executable, "-m", "snakemake"] and "-s" in cmd
+            and Path(cmd[cmd.index("-s") + 1]) == ROOT / "Snakefile"
+            and env.get("PYTHONPATH") == os.environ.get("PYTHONPATH")
+            and os.environ.get("CSELAB_TEST_SNAKEMAKE_FORKS", "1") != "0")
+
+
+def _wait(conn: socket.socket, reader, pid: int, cmd: list[str], timeout: float) -> int:
+    if not select.select([conn], [], [], timeout)[0]:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        raise subprocess.TimeoutExpired(cmd, timeout)
+    line = reader.readline()
+    if not line.startswith(b"X"):
+        raise RuntimeError(f"the snakemake fork server lost invocation {pid}")
+    return int(line[1:])
+
+
+def _connect() -> socket.socket | None:
+    if _SERVER[0] is None or _SERVER[0][0].poll() is not None:
+        address = f"cselab-test-snakemake-{os.getpid()}-{time.monotonic_ns()}"
+        code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from tests.smk_forks import serve; "
+                f"sys.exit(serve({address!r}, {os.getpid()}))")
+        server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, start_new_session=True,
+                                  cwd=ROOT)
+        atexit.register(server.terminate)
+        _SERVER[0] = (server, address)
+    server, address = _SERVER[0]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect("\0" + address)
+            return sock
+        except OSError:
+            sock.close()
+            time.sleep(0.05)
+    return None
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+def serve(address: str, parent_pid: int) -> int:
+    """Import :data:`PRELOAD`, then fork one invocation per request until ``parent_pid`` ends."""
+    import gc
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    gc.freeze()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + address)
+    listener.listen(16)
+    while _alive(parent_pid):
+        if not select.select([listener], [], [], 1.0)[0]:
+            continue
+        conn, _ = listener.accept()
+        head, fds, _flags, _addr = socket.recv_fds(conn, 8, 3)
+        request = pickle.loads(_read(conn, struct.unpack("!Q", head)[0]))
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            _become_invocation(conn, fds, request)  # never returns: the invocation exits
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(b"P%d\n" % pid)
+        threading.Thread(target=_report, args=(pid, conn), daemon=True).start()
+    return 0
+
+
+def _read(conn: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = conn.recv(min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("incomplete request")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _report(pid: int, conn: socket.socket) -> None:
+    _, status, _usage = os.wait4(pid, 0)
+    with contextlib.suppress(OSError):
+        conn.sendall(b"X%d\n" % os.waitstatus_to_exitcode(status))
+    conn.close()
+
+
+def _become_invocation(conn: socket.socket, fds: list[int], request: dict) -> None:
+    """In the fork: the request's streams, folder and environment, then Snakemake's own ``main``."""
+    conn.close()
+    os.setsid()  # as the server's own session: a test's signal to its group never reached it either
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    enc = {"encoding": "utf-8", "errors": "backslashreplace"}
+    sys.stdin, sys.stdout = open(0, "r", closefd=False, **enc), open(1, "w", closefd=False, **enc)
+    sys.stderr = open(2, "w", buffering=1, closefd=False, **enc)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    random.seed()
+    tempfile.tempdir = None
+    import snakemake
+    from snakemake.cli import main
+
+    sys.argv = [str(Path(snakemake.__file__).with_name("__main__.py")), *request["args"]]  # as `python -m snakemake`
+
+    main()  # exits through sys.exit, atexit handlers included
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
