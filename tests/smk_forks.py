@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from cselab.pipeline import jobhost  # its request format, stream and process helpers
+
 ROOT = Path(__file__).resolve().parents[1]
 #: imported once by the fork server: Snakemake's command line and what the Snakefile imports to plan
 PRELOAD = ("snakemake.cli", "snakemake.api", "snakemake.workflow", "snakemake.dag", "snakemake.persistence",
@@ -113,12 +115,15 @@ def serve(address: str, parent_pid: int) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + address)
     listener.listen(16)
-    while _alive(parent_pid):
+    while jobhost._alive(parent_pid):
         if not select.select([listener], [], [], 1.0)[0]:
             continue
         conn, _ = listener.accept()
-        head, fds, _flags, _addr = socket.recv_fds(conn, 8, 3)
-        request = pickle.loads(_read(conn, struct.unpack("!Q", head)[0]))
+        try:
+            request, fds = jobhost._receive(conn)
+        except (OSError, EOFError, pickle.UnpicklingError, struct.error):
+            conn.close()
+            continue
         pid = os.fork()
         if pid == 0:
             listener.close()
@@ -128,17 +133,6 @@ def serve(address: str, parent_pid: int) -> int:
         conn.sendall(b"P%d\n" % pid)
         threading.Thread(target=_report, args=(pid, conn), daemon=True).start()
     return 0
-
-
-def _read(conn: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = conn.recv(min(size, 1 << 20))
-        if not chunk:
-            raise EOFError("incomplete request")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
 
 
 def _report(pid: int, conn: socket.socket) -> None:
@@ -151,13 +145,11 @@ def _report(pid: int, conn: socket.socket) -> None:
 def _become_invocation(conn: socket.socket, fds: list[int], request: dict) -> None:
     """In the fork: the request's streams, folder and environment, then Snakemake's own ``main``."""
     conn.close()
-    os.setsid()  # as the server's own session: a test's signal to its group never reached it either
+    os.setsid()  # a process group of its own: whatever Snakemake signals in its group, the server is not in it
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
-    enc = {"encoding": "utf-8", "errors": "backslashreplace"}
-    sys.stdin, sys.stdout = open(0, "r", closefd=False, **enc), open(1, "w", closefd=False, **enc)
-    sys.stderr = open(2, "w", buffering=1, closefd=False, **enc)
+    jobhost._reopen_std_streams()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -167,13 +159,4 @@ def _become_invocation(conn: socket.socket, fds: list[int], request: dict) -> No
     from snakemake.cli import main
 
     sys.argv = [str(Path(snakemake.__file__).with_name("__main__.py")), *request["args"]]  # as `python -m snakemake`
-
     main()  # exits through sys.exit, atexit handlers included
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

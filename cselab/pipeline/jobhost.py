@@ -31,6 +31,10 @@ seconds are the job's, but its CPU and memory columns are the waiting client's; 
 CPU seconds and peak memory are in its log's last line, and the invocation's closing summary
 (:mod:`cselab.pipeline.console`) adds those CPU seconds. A host exits once its invocation's
 process has ended and its last job has been reported.
+
+A host template (:func:`serve_template`, named by ``CSELAB_JOB_HOST_TEMPLATE``) holds those imports
+across invocations: each invocation's host is then a fork of it instead of a new process. The test
+suite starts one per worker.
 """
 
 from __future__ import annotations
