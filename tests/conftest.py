@@ -8,7 +8,7 @@ import os
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _SHARE = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
-    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, _SHARE)
 
 import pytest  # noqa: E402

@@ -6,6 +6,7 @@ job's, stops with one message naming the dataset, the file and the fix."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import smk_forks
 from tests.helpers import make_beir, make_senteval, make_tiny_bert
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +25,7 @@ EXP = "untrained-tiny"
 def _snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), "--cores", "2", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = smk_forks.run(cmd, dict(os.environ), timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
     return proc

@@ -220,8 +220,9 @@ def test_the_summary_counts_a_hosted_jobs_own_cpu_seconds(tmp_path):
 def test_a_host_forked_from_a_template_serves_like_a_started_one(tmp_path):
     """With ``CSELAB_JOB_HOST_TEMPLATE`` naming a live template of this checkout, an invocation's
     host is a fork of it (no imports paid: torch is already held), runs jobs as a started host
-    does and leaves after its invocation; a template is not asked where a GPU is visible, nor is
-    one of another name (or checkout) found."""
+    does and leaves after its invocation; a template is not asked where a GPU is visible, one of
+    another name (or checkout) is not found, and one whose imports read other values of the
+    environment (Hugging Face's offline mode) refuses: each of those invocations starts its own."""
     name = f"test-{uuid.uuid4().hex}"
     template = jobhost.start_template(name)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -231,7 +232,9 @@ def test_a_host_forked_from_a_template_serves_like_a_started_one(tmp_path):
         while jobhost._try_connect(jobhost.template_address(name)) is None:  # it binds, then imports
             assert time.monotonic() < deadline and template.poll() is None, "the template did not start"
             time.sleep(0.1)
-        client = start(tmp_path, own, "echo", **{jobhost.TEMPLATE_ENV: name})
+        as_snakemake_runs_jobs = {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3",
+                                  "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+        client = start(tmp_path, own, "echo", **{jobhost.TEMPLATE_ENV: name, **as_snakemake_runs_jobs})
         out, err = client.communicate(timeout=120)
         assert client.returncode == 0, err
         assert out == "to stdout from the job\n" and err.endswith("to stderr from the job\n"), (out, err)
@@ -240,7 +243,9 @@ def test_a_host_forked_from_a_template_serves_like_a_started_one(tmp_path):
         assert seen["cwd"] == str(tmp_path) and seen["marker"] == "seen" and seen["umask"] == 0o027
         host = psutil.Process(seen["parent"])  # the job's host: a fork of the template, in a session of its own
         assert host.ppid() == template.pid and host.pid == os.getsid(host.pid)
-        for gpu_or_other_name in ({jobhost.TORCH_ENV: "0"}, {jobhost.TEMPLATE_ENV: name + "-other"}):
+        refused = ({jobhost.TORCH_ENV: "0"}, {jobhost.TEMPLATE_ENV: name + "-other"},
+                   {"HF_HUB_OFFLINE": "0" if os.environ.get("HF_HUB_OFFLINE") == "1" else "1"})  # read at import
+        for gpu_or_other_name in refused:
             (tmp_path / "report.json").unlink()
             other = (sleeper, jobhost.address(f"test-{uuid.uuid4().hex}", sleeper.pid, ROOT))
             client = start(tmp_path, other, "echo", **{jobhost.TEMPLATE_ENV: name, **gpu_or_other_name})

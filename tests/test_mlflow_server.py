@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import smk_forks
 from tests.helpers import make_workflow_data
 from tests.test_workflow import ROOT, write_config
 
@@ -124,7 +125,7 @@ def snakemake(workdir: Path, uri: str, *targets: str) -> tuple[subprocess.Comple
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), "--cores", "2", "--", *targets]
     tic = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    proc = smk_forks.run(cmd, env, timeout=600)
     return proc, time.monotonic() - tic
 
 

@@ -185,6 +185,25 @@ def _start_host(addr: str) -> subprocess.Popen | None:
         return None
 
 
+#: environment variables that libraries a host imports read as they are imported (Hugging Face's
+#: offline mode and cache, CUDA's devices, the code's path, ...): a template serves only invocations
+#: whose values of these equal its own
+IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "PYTORCH_", "CUDA", "LD_",
+                   "PYTHONPATH", "PYTHONHOME", "GIT_", "SQLALCHEMY_")
+#: ... except those a job sets for itself whatever its process imported: its threads
+#: (:func:`cselab.pipeline.jobs.set_threads`; Snakemake sets OMP_/MKL_/OPENBLAS_NUM_THREADS, not
+#: keyed), the libraries' progress bars (:func:`cselab.io.quiet_third_party_loggers`) and the
+#: compile caches (torch's import sets the default; :mod:`cselab.training.compiled`). MLflow reads
+#: its variables when it is called.
+SET_BY_JOBS = frozenset({"HF_HUB_DISABLE_PROGRESS_BARS", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
+
+
+def import_time_env(env) -> str:
+    """A digest of ``env``'s :data:`IMPORT_TIME_ENV` variables (less :data:`SET_BY_JOBS`)."""
+    items = sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_ENV) and k not in SET_BY_JOBS)
+    return hashlib.sha1(repr(items).encode()).hexdigest()[:16]
+
+
 def template_address(name: str) -> str:
     """The abstract socket of the host template ``name`` for this checkout and Python: a template
     serves only invocations of the code and interpreter it imported."""
@@ -194,8 +213,9 @@ def template_address(name: str) -> str:
 
 def _host_from_template(addr: str) -> bool:
     """Ask the host template named by ``CSELAB_JOB_HOST_TEMPLATE``, if one serves this checkout and
-    Python, to fork this invocation's host at ``addr``; False when there is none to ask (or a GPU
-    is visible: a template holds torch)."""
+    Python, to fork this invocation's host at ``addr``; False when there is none to ask, when a GPU
+    is visible (a template holds torch) or when the template imported under other values of
+    :data:`IMPORT_TIME_ENV` (it refuses)."""
     name = os.environ.get(TEMPLATE_ENV)
     if not name or os.environ.get(TORCH_ENV) == "0":
         return False
@@ -205,7 +225,7 @@ def _host_from_template(addr: str) -> bool:
     invocation = int(os.environ.get(INVOCATION_PID_ENV) or os.getppid())
     try:
         conn.settimeout(START_TIMEOUT_S)
-        conn.sendall(f"{addr} {invocation}\n".encode())
+        conn.sendall(f"{addr} {invocation} {import_time_env(os.environ)}\n".encode())
         return conn.makefile("rb").readline() == b"H\n"  # bound by its fork, or by another host before
     except OSError:
         return False
@@ -231,6 +251,7 @@ def serve_template(name: str, parent_pid: int) -> int:
     listener = _bind(template_address(name))
     if listener is None:
         return 0  # one already serves this name
+    own_env = import_time_env(os.environ)  # before the imports, some of which set such variables
     _preload(LIGHT + TORCH)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the hosts it forks are not its to wait for
     while _alive(parent_pid):
@@ -239,8 +260,13 @@ def serve_template(name: str, parent_pid: int) -> int:
         conn, _ = listener.accept()
         try:
             conn.settimeout(10)
-            addr, invocation = conn.makefile("rb").readline().decode().split()
+            addr, invocation, env = conn.makefile("rb").readline().decode().split()
         except (OSError, ValueError, UnicodeDecodeError):
+            conn.close()
+            continue
+        if env != own_env:  # its imports read other values: the client starts a host of its own
+            with contextlib.suppress(OSError):
+                conn.sendall(b"N\n")
             conn.close()
             continue
         if os.fork() == 0:
