@@ -92,13 +92,10 @@ def _connect() -> socket.socket | None:
     server, address = _SERVER[0]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and server.poll() is None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect("\0" + address)
+        sock = jobhost._try_connect(address)
+        if sock is not None:
             return sock
-        except OSError:
-            sock.close()
-            time.sleep(0.05)
+        time.sleep(0.05)
     return None
 
 
