@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import os
 import pickle
-import random
 import select
 import signal
 import socket
@@ -50,9 +49,8 @@ def run(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProces
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
             open(os.devnull) as null, conn:
-        payload = pickle.dumps({"args": cmd[3:], "cwd": os.getcwd(), "env": dict(env)})
-        socket.send_fds(conn, [struct.pack("!Q", len(payload))], [null.fileno(), out.fileno(), err.fileno()])
-        conn.sendall(payload)
+        request = {"args": cmd[3:], "cwd": os.getcwd(), "env": dict(env), "umask": jobhost._umask()}
+        jobhost.send_request(conn, request, [null.fileno(), out.fileno(), err.fileno()])
         reader = conn.makefile("rb")
         pid = int(reader.readline()[1:])
         code = _wait(conn, reader, pid, cmd, timeout)
@@ -109,9 +107,7 @@ def serve(address: str, parent_pid: int) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     gc.freeze()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0" + address)
-    listener.listen(16)
+    listener = jobhost._bind(address)
     while jobhost._alive(parent_pid):
         if not select.select([listener], [], [], 1.0)[0]:
             continue
@@ -128,30 +124,15 @@ def serve(address: str, parent_pid: int) -> int:
         for fd in fds:
             os.close(fd)
         conn.sendall(b"P%d\n" % pid)
-        threading.Thread(target=_report, args=(pid, conn), daemon=True).start()
+        threading.Thread(target=jobhost._report, args=(pid, conn, set()), daemon=True).start()
     return 0
-
-
-def _report(pid: int, conn: socket.socket) -> None:
-    _, status, _usage = os.wait4(pid, 0)
-    with contextlib.suppress(OSError):
-        conn.sendall(b"X%d\n" % os.waitstatus_to_exitcode(status))
-    conn.close()
 
 
 def _become_invocation(conn: socket.socket, fds: list[int], request: dict) -> None:
     """In the fork: the request's streams, folder and environment, then Snakemake's own ``main``."""
     conn.close()
     os.setsid()  # a process group of its own: whatever Snakemake signals in its group, the server is not in it
-    for target, fd in zip((0, 1, 2), fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    jobhost._reopen_std_streams()
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    random.seed()
-    tempfile.tempdir = None
+    jobhost.take_over(fds, request)
     import snakemake
     from snakemake.cli import main
 

@@ -261,6 +261,7 @@ def serve_template(name: str, parent_pid: int) -> int:
         try:
             conn.settimeout(10)
             addr, invocation, env = conn.makefile("rb").readline().decode().split()
+            invocation_pid = int(invocation)
         except (OSError, ValueError, UnicodeDecodeError):
             conn.close()
             continue
@@ -271,7 +272,7 @@ def serve_template(name: str, parent_pid: int) -> int:
             continue
         if os.fork() == 0:
             listener.close()
-            return _become_host(conn, addr, int(invocation))
+            return _become_host(conn, addr, invocation_pid)
         conn.close()
     return 0
 
@@ -295,8 +296,14 @@ def _send_request(conn: socket.socket, smk, job: Callable) -> None:
     request = {"job": f"{job.__module__}:{job.__qualname__}", "smk": smk, "cwd": os.getcwd(),
                "env": dict(os.environ), "umask": _umask(), "argv": list(sys.argv),
                "started": psutil.Process().create_time(), "torch": job.__name__ in TORCH_JOBS}
+    send_request(conn, request, [0, 1, 2])
+
+
+def send_request(conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """``request`` (pickled, its length first) with the three descriptors that become the fork's
+    standard streams (:func:`_receive` reads it)."""
     payload = pickle.dumps(request)
-    socket.send_fds(conn, [struct.pack("!Q", len(payload))], [0, 1, 2])
+    socket.send_fds(conn, [struct.pack("!Q", len(payload))], fds)
     conn.sendall(payload)
 
 
@@ -456,17 +463,9 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict) -> int:
     os.setpgid(0, 0)
     for signum in FORWARDED:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-    for target, fd in zip((0, 1, 2), fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    _reopen_std_streams()
-    os.chdir(request["cwd"])
-    os.umask(request["umask"])
-    os.environ.clear()
-    os.environ.update(request["env"])
+    take_over(fds, request)
     os.environ[IN_HOST_ENV] = "1"
     sys.argv = request["argv"]
-    _fresh_process_state()
     _TORCH_BEFORE_THE_JOB[0] = "torch" in sys.modules
     atexit.register(gc.freeze)  # the job's own objects are not traversed at its exit either
     # (cselab.pipeline.config.skip_collection_at_exit: exit handlers still run, nothing unwritten)
@@ -483,6 +482,20 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict) -> int:
         raise
     _say_status(conn, 0)
     return 0
+
+
+def take_over(fds: list[int], request: dict) -> None:
+    """In a fork: the requester's standard streams (``fds``), working folder, umask and environment,
+    and what a new process would not share with its siblings (:func:`_fresh_process_state`)."""
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    _reopen_std_streams()
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _fresh_process_state()
 
 
 def _say_status(conn: socket.socket, code) -> None:
