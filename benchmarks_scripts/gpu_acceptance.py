@@ -636,14 +636,21 @@ def run_sections(report: Report, args, work: Path) -> None:
 
 
 def prepare(args, work: Path) -> tuple[Path, Path, list[str]]:
-    """The BERT (built from a config), a generator of its vocabulary, and the sentences."""
+    """The BERT (built from a config), a generator of its vocabulary, and the sentences; at tiny
+    size both with their vocabulary cut to what the sentences need (``train_speed.cut_vocabulary``)."""
     import random
 
     import torch
     from transformers import AutoConfig, BertForMaskedLM
 
-    from train_speed import build_model
+    from train_speed import build_model, cut_vocabulary, kept_tokens
 
+    if args.corpus:
+        lines = [ln for ln in args.corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    else:
+        rng = random.Random(0)
+        words = "a the man woman dog cat plays runs street garden music river quickly under over".split()
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 20))) + " ." for _ in range(4096)]
     model_dir = build_model(work / "model", args.size, None)
     torch.manual_seed(1)
     generator = work / "generator"
@@ -653,12 +660,10 @@ def prepare(args, work: Path) -> tuple[Path, Path, list[str]]:
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (model_dir / name).exists():
             (generator / name).write_bytes((model_dir / name).read_bytes())
-    if args.corpus:
-        lines = [ln for ln in args.corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    else:
-        rng = random.Random(0)
-        words = "a the man woman dog cat plays runs street garden music river quickly under over".split()
-        lines = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 20))) + " ." for _ in range(4096)]
+    if args.size == "tiny":
+        kept = kept_tokens(model_dir, lines)
+        cut_vocabulary(model_dir, kept)
+        cut_vocabulary(generator, kept)
     return model_dir, generator, lines
 
 

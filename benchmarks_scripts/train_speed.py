@@ -27,7 +27,9 @@ import bench_settings as settings  # noqa: E402
 SIZES = {"tiny": (2, 128, 2), "base": (12, 768, 12), "large": (24, 1024, 16)}
 
 
-def build_model(out: Path, size: str, tokenizer: str | None) -> Path:
+def build_model(out: Path, size: str, tokenizer: str | None, texts: list[str] | None = None) -> Path:
+    """A randomly initialised BERT of ``size`` with ``tokenizer``'s WordPiece vocabulary (default:
+    all-MiniLM-L6-v2's); with ``texts``, the vocabulary cut to what they need (:func:`cut_vocabulary`)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -41,7 +43,46 @@ def build_model(out: Path, size: str, tokenizer: str | None) -> Path:
                         intermediate_size=4 * hidden, max_position_embeddings=512)
     BertModel(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out)
+    if texts is not None:
+        cut_vocabulary(out, kept_tokens(out, texts))
     return out
+
+
+def kept_tokens(folder: Path, texts: list[str]) -> list[int]:
+    """The ids of the special tokens (0-103 in BERT's vocabulary: [PAD], [UNK], [CLS], [SEP] and
+    [MASK] keep their ids), every single character and ``##`` character, and the pieces ``texts``
+    tokenize into. Over these, ``texts`` tokenize exactly as before (greedy longest match over a
+    subset that holds every piece it chose), any other text into more pieces."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    used = {i for ids in tok(list(texts), add_special_tokens=False)["input_ids"] for i in ids}
+    return sorted(i for t, i in tok.get_vocab().items()
+                  if i <= tok.mask_token_id or i in used or len(t.removeprefix("##")) == 1)
+
+
+def cut_vocabulary(folder: Path, kept: list[int]) -> None:
+    """Keep only the token ids ``kept`` in the model folder: the tokenizer's vocabulary, renumbered
+    in order, and every weight indexed by token (embeddings, MLM decoder and bias), row for row, so
+    the kept tokens and the other layers have the weights the full model was drawn with. A tiny
+    model on the CPU spends most of a step on its vocabulary; nothing at that size measures it."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((folder / "config.json").read_text())
+    doc = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    by_id = {i: t for t, i in doc["model"]["vocab"].items()}
+    doc["model"]["vocab"] = {by_id[i]: new for new, i in enumerate(kept)}
+    (folder / "tokenizer.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    if (folder / "vocab.txt").exists():
+        (folder / "vocab.txt").write_text("".join(by_id[i] + "\n" for i in kept), encoding="utf-8")
+    index = torch.tensor(kept, dtype=torch.long)
+    tensors = load_file(folder / "model.safetensors")
+    cut = {k: v[index].contiguous() if v.dim() and v.size(0) == config["vocab_size"] else v for k, v in tensors.items()}
+    save_file(cut, folder / "model.safetensors", metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps({**config, "vocab_size": len(kept)}, indent=2))
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "sinfo", "scontrol", "scancel")
 MIN_CPUS = 4  # declared CPUs (SlurmdParameters=config_overrides): three 1-CPU jobs at once on 2 cores
 MIN_MEMORY_MB = 8000
+CRED_EXPIRE_S = 15
 
 
 class ClusterUnavailable(RuntimeError):
@@ -120,7 +121,9 @@ SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
-AuthInfo=socket={root}/munge/munge.socket
+# cred_expire: a job step's credential lifetime, which is also how long SLURM holds a requeued
+# job before it may start again (120 s by default); localhost launches take well under a second.
+AuthInfo=socket={root}/munge/munge.socket,cred_expire={CRED_EXPIRE_S}
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
