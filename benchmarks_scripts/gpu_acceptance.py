@@ -6,7 +6,8 @@ On the GPU machine (shared/gpu/README.md), BERT-base built from a config:
     python benchmarks_scripts/gpu_acceptance.py --senteval ../shared/data/senteval \\
         --corpus ../shared/data/wiki1m_head.txt --out results/benchmarks/gpu_acceptance
 
-At tiny size on the CPU (the test suite runs this, so it cannot rot):
+At tiny size on the CPU (the test suite runs this, so it cannot rot; at that size the BERT's and
+the generator's vocabulary is cut to what the sentences need, ``train_speed.cut_vocabulary``):
 
     python benchmarks_scripts/gpu_acceptance.py --device cpu --size tiny --steps 6 --batch-sizes 16,32 \\
         --out /tmp/acceptance

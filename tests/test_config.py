@@ -380,3 +380,22 @@ def test_skip_collection_at_exit_freezes_after_exit_handlers_registered_before_i
         "skip_collection_at_exit()\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     assert done.stdout == "earlier handler, frozen: True\n"
+
+
+def test_collect_less_while_planning_freezes_and_still_collects_cycles(tmp_path):
+    """The Snakefile's planning thresholds: what was alive is frozen, the youngest generation runs
+    less often, and a reference cycle made afterwards is still collected."""
+    script = tmp_path / "planning.py"
+    script.write_text(
+        "import gc, sys, weakref\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from cselab.pipeline.config import PLANNING_GC_THRESHOLDS, collect_less_while_planning\n"
+        "collect_less_while_planning()\n"
+        "assert gc.get_freeze_count() > 0 and gc.get_threshold() == PLANNING_GC_THRESHOLDS\n"
+        "class Node: pass\n"
+        "a = Node(); a.self = a; alive = weakref.ref(a); del a\n"
+        "kept = [Node() for _ in range(2 * PLANNING_GC_THRESHOLDS[0])]\n"  # net allocations
+        "print(alive() is None)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True\n"

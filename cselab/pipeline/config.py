@@ -55,6 +55,24 @@ def skip_collection_at_exit() -> None:
     atexit.register(gc.freeze)
 
 
+#: the cyclic collector's thresholds while a Snakefile is planned and run: its youngest
+#: generation every 50,000 net allocations (Python's default: 700), the older ones as by default
+PLANNING_GC_THRESHOLDS = (50_000, 10, 10)
+
+
+def collect_less_while_planning() -> None:
+    """Move the objects alive when the Snakefile is read (Snakemake's imports, the library's) into
+    the collector's permanent generation (:func:`gc.freeze`) and run its youngest generation every
+    :data:`PLANNING_GC_THRESHOLDS` allocations: building the paper config's DAG allocates millions
+    of short-lived objects, and at Python's default the collector ran about 950 times and took
+    0.55 s of its dry run (docs/scale.md). Every collection still happens, only less often; objects
+    are still freed by their reference counts at once."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(*PLANNING_GC_THRESHOLDS)
+
+
 def load_schema() -> dict:
     """The config schema, with the table and figure kinds enumerated from their registries
     (:mod:`cselab.reporting.kinds`), and each evaluation kind's own settings as ``evaluation.<kind>``
