@@ -27,9 +27,9 @@ import bench_settings as settings  # noqa: E402
 SIZES = {"tiny": (2, 128, 2), "base": (12, 768, 12), "large": (24, 1024, 16)}
 
 
-def build_model(out: Path, size: str, tokenizer: str | None, texts: list[str] | None = None) -> Path:
+def build_model(out: Path, size: str, tokenizer: str | None) -> Path:
     """A randomly initialised BERT of ``size`` with ``tokenizer``'s WordPiece vocabulary (default:
-    all-MiniLM-L6-v2's); with ``texts``, the vocabulary cut to what they need (:func:`cut_vocabulary`)."""
+    all-MiniLM-L6-v2's)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -43,8 +43,6 @@ def build_model(out: Path, size: str, tokenizer: str | None, texts: list[str] | 
                         intermediate_size=4 * hidden, max_position_embeddings=512)
     BertModel(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out)
-    if texts is not None:
-        cut_vocabulary(out, kept_tokens(out, texts))
     return out
 
 
