@@ -33,11 +33,15 @@ from pathlib import Path
 from cselab.pipeline import jobhost  # its request format, stream and process helpers
 
 ROOT = Path(__file__).resolve().parents[1]
-#: imported once by the fork server: Snakemake's command line and what the Snakefile imports to plan
+#: imported once by the fork server: Snakemake's command line, what the Snakefile imports to plan
+#: and what its ``onstart`` opens (MLflow's SQL store)
 PRELOAD = ("snakemake.cli", "snakemake.api", "snakemake.workflow", "snakemake.dag", "snakemake.persistence",
-           "snakemake.report", "smart_open", "jsonschema", "yaml", "cselab.pipeline.config",
+           "snakemake.report", "snakemake.report.html_reporter", "smart_open", "jsonschema", "yaml", "git",
+           "mlflow", "mlflow.store.tracking.sqlalchemy_store", "cselab.pipeline.config",
            "cselab.pipeline.invocation", "cselab.pipeline.targets", "cselab.pipeline.jobspecs",
-           "cselab.pipeline.outputs", "cselab.pipeline.console")
+           "cselab.pipeline.outputs", "cselab.pipeline.console", "cselab.pipeline.tracking")
+#: imported too where installed (MLflow asks IPython whether it runs in a notebook)
+OPTIONAL = ("IPython",)
 _SERVER: list = [None]  # (Popen, address) of this process's fork server
 
 
@@ -106,6 +110,9 @@ def serve(address: str, parent_pid: int) -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in OPTIONAL:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     gc.freeze()
     listener = jobhost._bind(address)
     while jobhost._alive(parent_pid):

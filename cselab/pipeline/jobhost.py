@@ -70,14 +70,19 @@ IN_HOST_ENV = "CSELAB_IN_JOB_HOST"
 #: the name of a host template (:func:`serve_template`): invocations fork their hosts from it
 TEMPLATE_ENV = "CSELAB_JOB_HOST_TEMPLATE"
 
-#: what every job imports: tracking (MLflow, its SQL store and what its runs touch), Snakemake's script object
+#: what every job imports: tracking (MLflow, its SQL store and what its runs touch: a run's start asks
+#: IPython, where installed, whether it runs in a notebook), Snakemake's script object, the tables' statistics
 LIGHT = ("mlflow", "mlflow.tracking.fluent", "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.db.utils",
-         "alembic.script", "git", "requests", "psutil", "snakemake.script", "cselab.pipeline.tracking",
-         "cselab.pipeline.jobs", "cselab.pipeline.jobs.report", "cselab.pipeline.jobs.data")
+         "mlflow.tracing.processor.base_mlflow", "sqlalchemy.dialects.sqlite", "alembic.script", "IPython", "git",
+         "requests", "psutil", "jsonschema", "snakemake.script", "scipy.stats", "cselab.pipeline.tracking",
+         "cselab.pipeline.jobs", "cselab.pipeline.jobs.report", "cselab.pipeline.jobs.data",
+         "cselab.reporting.stats", "cselab.reporting.tables")
 #: what the jobs that load a model import; the host takes them on when the first such job comes
 TORCH = ("torch", "transformers", "transformers.models.bert.modeling_bert", "transformers.models.auto",
-         "safetensors.torch", "cselab.models.encoder", "cselab.evaluation.encoding", "cselab.training.loop",
-         "cselab.pipeline.jobs.train", "cselab.pipeline.jobs.evaluate")
+         "transformers.models.auto.tokenization_auto", "safetensors.torch", "sklearn.model_selection",
+         "cselab.models.encoder", "cselab.evaluation.encoding", "cselab.evaluation.sts",
+         "cselab.evaluation.transfer", "cselab.training.loop", "cselab.pipeline.jobs.train",
+         "cselab.pipeline.jobs.evaluate")
 #: the job functions that load a model (their family's imports are worth holding warm)
 TORCH_JOBS = frozenset({"train", "pretrain", "evaluate", "export", "resolve_plm", "protocol_table",
                         "leakage_audit"})
