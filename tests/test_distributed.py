@@ -72,23 +72,64 @@ def losses(result) -> list[float]:
     return [row["loss"] for row in result.curve if "loss" in row]
 
 
-@pytest.mark.parametrize("objective,options", [("simcse", {}), ("compcse", {"partitions": 2}),
-                                               ("simcse", {"head": "batchnorm"})])
-def test_two_processes_equal_one_at_the_same_global_batch(tiny_bert, tmp_path, objective, options):
+#: the 2-process side of the comparisons below: (entry, spec arguments) by name
+TWO_PROCESS_RUNS = {
+    "simcse": ("recording_gradients", ("simcse", {}), {}),
+    "compcse": ("recording_gradients", ("compcse", {"partitions": 2}), {}),
+    "batchnorm": ("recording_gradients", ("simcse", {"head": "batchnorm"}), {}),
+    "batchnorm-per-process": ("train_job", ("simcse", {"head": "batchnorm"}),
+                              {"max_steps": 1, "batchnorm_stats": "per_process"}),
+    "unpadded": ("recording_gradients", ("simcse", None), {"unpadded": True, "max_steps": 1}),
+    "accumulation": ("train_job", ("simcse", None), {"accumulation_steps": 2}),
+}
+
+
+def run_each(jobs: list[tuple[str, dict]]) -> list:
+    """Training entries run one after another in the same processes (one process group): the
+    2-process runs of :data:`TWO_PROCESS_RUNS` pay the workers' start once."""
+    from cselab.training import loop
+
+    entries = {"recording_gradients": recording_gradients, "train_job": loop.train_job}
+    return [entries[entry](kwargs) for entry, kwargs in jobs]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tiny_bert, tmp_path_factory) -> dict[str, tuple[object, Path]]:
+    """name -> (rank 0's result, output folder) of every run of :data:`TWO_PROCESS_RUNS`, trained
+    on 2 processes in one launch. Tests compare against them and never write to them."""
+    base = tmp_path_factory.mktemp("two-processes")
+    corpus = make_corpus(base / "corpus.txt", 40)
+    jobs = [(entry, {"spec": spec(tiny_bert, *args, **training), "corpus_path": corpus, "dev_score": constant_dev,
+                     "out_dir": base / name})
+            for name, (entry, args, training) in TWO_PROCESS_RUNS.items()]
+    results = D.launch("tests.test_distributed:run_each", jobs, devices=2, workdir=base / ".job", threads=2,
+                       timeout_s=120)
+    return {name: (result, base / name) for name, result in zip(TWO_PROCESS_RUNS, results)}
+
+
+def one_and_two(two_processes, tiny_bert, tmp_path, name: str, entry: str = "cselab.training.loop:train_job"):
+    """The run ``name`` on 1 process here (the same spec and corpus), beside its 2-process run:
+    ``(one, two)`` results and their folders ``tmp_path/"one"``, ``two_dir``."""
+    _, args, training = TWO_PROCESS_RUNS[name]
+    two, two_dir = two_processes[name]
+    one = run(spec(tiny_bert, *args, **training), two_dir.parent / "corpus.txt", tmp_path / "one", devices=1,
+              entry=entry)
+    return one, two, two_dir
+
+
+@pytest.mark.parametrize("name", ["simcse", "compcse", "batchnorm"])
+def test_two_processes_equal_one_at_the_same_global_batch(two_processes, tiny_bert, tmp_path, name):
     """Global batch 8, three steps: the same losses, the same averaged gradient at every step
     (the check AdamW's scale invariance cannot hide) and the same parameters, within 1e-5. A
     BatchNorm head normalises over the global batch on gloo too: the same gradients and running
     statistics (its parameters are not compared: BatchNorm makes the gradient of a shift of every
     row exactly 0, e.g. for the encoder's last LayerNorm bias, and AdamW turns the 1e-9 float
     noise there into steps of either sign)."""
-    corpus = make_corpus(tmp_path / "corpus.txt", 40)
-    s = spec(tiny_bert, objective, options)
-    one = run(s, corpus, tmp_path / "one", devices=1, entry="tests.test_distributed:recording_gradients")
-    two = run(s, corpus, tmp_path / "two", devices=2, entry="tests.test_distributed:recording_gradients")
+    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, name, "tests.test_distributed:recording_gradients")
     assert len(losses(one)) == len(losses(two)) == 3
     for a, b in zip(losses(one), losses(two)):
         assert abs(a - b) < TOL, (losses(one), losses(two))
-    grads = [torch.load(tmp_path / name / "grads.pt") for name in ("one", "two")]
+    grads = [torch.load(folder / "grads.pt") for folder in (tmp_path / "one", two_dir)]
     assert len(grads[0]) == len(grads[1]) == 3
     for step, (a, b) in enumerate(zip(*grads)):
         assert [x is None for x in a] == [y is None for y in b]
@@ -96,38 +137,33 @@ def test_two_processes_equal_one_at_the_same_global_batch(tiny_bert, tmp_path, o
         # the first step's gradient is pure math (same parameters); later ones also carry the
         # parameters' float noise through AdamW
         assert worst < (1e-7 if step == 0 else TOL), f"step {step + 1}: gradients differ by {worst}"
-    if options.get("head") == "batchnorm":
-        a, b = state(tmp_path / "one"), state(tmp_path / "two")
+    if name == "batchnorm":
+        a, b = state(tmp_path / "one"), state(two_dir)
         for k in (k for k in a if "running" in k):
             assert (a[k] - b[k]).abs().max().item() < TOL, k
         return
-    assert_same(tmp_path / "one", tmp_path / "two")
-    moved = max((v - state_of_plm(tiny_bert)[k]).abs().max().item() for k, v in state(tmp_path / "two").items()
+    assert_same(tmp_path / "one", two_dir)
+    moved = max((v - state_of_plm(tiny_bert)[k]).abs().max().item() for k, v in state(two_dir).items()
                 if not k.startswith("head."))
     assert moved > 10 * TOL  # equal because the same, not because nothing moved (moves ~2e-4)
 
 
-def test_per_process_batchnorm_statistics_are_another_experiment(tiny_bert, tmp_path):
+def test_per_process_batchnorm_statistics_are_another_experiment(two_processes, tiny_bert, tmp_path):
     """batchnorm_stats: per_process normalises each process's shard (DDP's default): not the
     single-process math, which is why it is part of the experiment and not the default."""
-    corpus = make_corpus(tmp_path / "corpus.txt", 40)
-    s = spec(tiny_bert, "simcse", {"head": "batchnorm"}, max_steps=1, batchnorm_stats="per_process")
-    one = run(s, corpus, tmp_path / "one", devices=1)
-    two = run(s, corpus, tmp_path / "two", devices=2)
+    one, two, _ = one_and_two(two_processes, tiny_bert, tmp_path, "batchnorm-per-process")
     a, b = losses(one)[0], losses(two)[0]  # small (dropout off: two identical views), but far apart
     assert abs(a - b) > 0.5 * max(a, b), (a, b)
 
 
-def test_two_processes_equal_one_with_the_unpadded_forward(tiny_bert, tmp_path):
+def test_two_processes_equal_one_with_the_unpadded_forward(two_processes, tiny_bert, tmp_path):
     """The unpadded forward on 2 processes: the same losses and the same first gradient up to
     the rounding its per-process packing brings (1e-2 of the largest gradient, see ``spec``);
     a wrong scale or missing negatives would be off by order one."""
-    corpus = make_corpus(tmp_path / "corpus.txt", 40)
-    s = spec(tiny_bert, "simcse", unpadded=True, max_steps=1)
-    one = run(s, corpus, tmp_path / "one", devices=1, entry="tests.test_distributed:recording_gradients")
-    two = run(s, corpus, tmp_path / "two", devices=2, entry="tests.test_distributed:recording_gradients")
+    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, "unpadded",
+                                    "tests.test_distributed:recording_gradients")
     assert losses(one) == pytest.approx(losses(two), abs=TOL)
-    a, b = (torch.load(tmp_path / name / "grads.pt")[0] for name in ("one", "two"))
+    a, b = (torch.load(folder / "grads.pt")[0] for folder in (tmp_path / "one", two_dir))
     scale = max(x.abs().max().item() for x in a if x is not None)
     worst = max((x - y).abs().max().item() for x, y in zip(a, b) if x is not None)
     assert worst < 1e-2 * scale, f"gradients differ by {worst} (largest {scale})"
@@ -147,17 +183,14 @@ def test_gather_puts_the_local_shard_back(tiny_bert, tmp_path):
     assert D.global_term(loss) is loss
 
 
-def test_accumulation_splits_the_step_into_micro_batches(tiny_bert, tmp_path):
+def test_accumulation_splits_the_step_into_micro_batches(two_processes, tiny_bert, tmp_path):
     """Two micro-batches of 4 on one process = two processes with two micro-batches of 2 each:
     the micro-batch, not the process, is the unit of in-batch negatives."""
-    corpus = make_corpus(tmp_path / "corpus.txt", 40)
-    s = spec(tiny_bert, accumulation_steps=2)
-    one = run(s, corpus, tmp_path / "one", devices=1)
-    two = run(s, corpus, tmp_path / "two", devices=2)
+    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, "accumulation")
     for a, b in zip(losses(one), losses(two)):
         assert abs(a - b) < TOL
-    assert_same(tmp_path / "one", tmp_path / "two")
-    plain = run(spec(tiny_bert), corpus, tmp_path / "plain", devices=1)
+    assert_same(tmp_path / "one", two_dir)
+    plain = run(spec(tiny_bert), two_dir.parent / "corpus.txt", tmp_path / "plain", devices=1)
     assert abs(losses(plain)[0] - losses(one)[0]) > 1e-4  # fewer negatives per micro-batch: another loss
 
 
