@@ -52,10 +52,11 @@ def plan(tmp_path_factory):
     return raw, [(j.rule, dict(j.wildcards)) for j in jobs]
 
 
-def specs(raw: dict, jobs: list) -> tuple[dict, dict]:
-    """Every job's serialized params on ``raw`` (validated here), and the validated config; a job
-    the changed config no longer has (an experiment a sweep's point stops reusing) is left out."""
-    cfg = validate(raw)
+def specs(raw: dict, jobs: list, cfg: dict | None = None) -> tuple[dict, dict]:
+    """Every job's serialized params on ``raw`` (validated here, unless ``cfg`` is what
+    :func:`validate` returned for it), and the validated config; a job the changed config no
+    longer has (an experiment a sweep's point stops reusing) is left out."""
+    cfg = validate(raw) if cfg is None else cfg
     out = {}
     for rule, wc in jobs:
         try:
@@ -71,8 +72,9 @@ def changed_jobs(before: dict, after: dict) -> list[tuple[str, dict]]:
 
 
 def mutations(raw: dict):
-    """(path, a config with that one setting changed to another valid value) for every leaf
-    setting (lists are the list tests' own); and the paths no valid other value was found for."""
+    """(path, a config with that one setting changed to another valid value, that config
+    validated) for every leaf setting (lists are the list tests' own); and the paths no valid
+    other value was found for."""
     full = fill_config_defaults(copy.deepcopy(raw))
     schema = load_schema()
     siblings = defaultdict(list)
@@ -90,14 +92,14 @@ def mutations(raw: dict):
         for candidate in oracle.candidates(value, own or {}, pool):
             mutated = oracle.set_path(raw, path, candidate)
             try:
-                validate(mutated)
+                checked = validate(mutated)
             except CselabError:
                 continue
-            yield ".".join(map(str, path)), mutated
+            yield ".".join(map(str, path)), mutated, checked
             break
         else:
             skipped.append(".".join(map(str, path)))
-    yield None, skipped
+    yield None, skipped, None
 
 
 #: sections of named entries: one entry stands for the others (each of its settings is changed)
@@ -136,12 +138,12 @@ def test_each_setting_reruns_only_the_jobs_it_can_affect(plan):
     raw, jobs = plan
     before, _ = specs(raw, jobs)
     wrong, unused, tried = [], [], 0
-    for path, mutated in mutations(raw):
+    for path, mutated, checked in mutations(raw):
         if path is None:
             skipped = set(mutated)
             break
         tried += 1
-        after, cfg = specs(mutated, jobs)
+        after, cfg = specs(mutated, jobs, checked)
         changed = changed_jobs(before, after)
         if is_operational(path):
             wrong += [f"{path} (operational) changes {rule} {wc}" for rule, wc in changed if rule != "cost_plan"]
