@@ -1,5 +1,6 @@
 """The warm job host: one process per local ``snakemake`` invocation that has imported what rule
-jobs import (MLflow and its SQL store, torch, transformers) and runs each job as a fork of itself.
+jobs import (MLflow and its SQL store, torch, transformers, SciPy's statistics, the evaluations)
+and runs each job as a fork of itself.
 
 A tiny job spends most of its process's life importing: MLflow with its SQL store about 3 s,
 torch 2.3 s, transformers' BERT classes 3-4 s more, against well under a second of work. Without
