@@ -72,25 +72,24 @@ def losses(result) -> list[float]:
     return [row["loss"] for row in result.curve if "loss" in row]
 
 
-#: the 2-process side of the comparisons below: (entry, spec arguments) by name
+RECORDING = "tests.test_distributed:recording_gradients"
+PLAIN = "cselab.training.loop:train_job"
+#: the runs compared on 1 and 2 processes: (entry, spec arguments, training settings) by name
 TWO_PROCESS_RUNS = {
-    "simcse": ("recording_gradients", ("simcse", {}), {}),
-    "compcse": ("recording_gradients", ("compcse", {"partitions": 2}), {}),
-    "batchnorm": ("recording_gradients", ("simcse", {"head": "batchnorm"}), {}),
-    "batchnorm-per-process": ("train_job", ("simcse", {"head": "batchnorm"}),
+    "simcse": (RECORDING, ("simcse", {}), {}),
+    "compcse": (RECORDING, ("compcse", {"partitions": 2}), {}),
+    "batchnorm": (RECORDING, ("simcse", {"head": "batchnorm"}), {}),
+    "batchnorm-per-process": (PLAIN, ("simcse", {"head": "batchnorm"}),
                               {"max_steps": 1, "batchnorm_stats": "per_process"}),
-    "unpadded": ("recording_gradients", ("simcse", None), {"unpadded": True, "max_steps": 1}),
-    "accumulation": ("train_job", ("simcse", None), {"accumulation_steps": 2}),
+    "unpadded": (RECORDING, ("simcse", None), {"unpadded": True, "max_steps": 1}),
+    "accumulation": (PLAIN, ("simcse", None), {"accumulation_steps": 2}),
 }
 
 
 def run_each(jobs: list[tuple[str, dict]]) -> list:
     """Training entries run one after another in the same processes (one process group): the
     2-process runs of :data:`TWO_PROCESS_RUNS` pay the workers' start once."""
-    from cselab.training import loop
-
-    entries = {"recording_gradients": recording_gradients, "train_job": loop.train_job}
-    return [entries[entry](kwargs) for entry, kwargs in jobs]
+    return [D._resolve(entry)(kwargs) for entry, kwargs in jobs]
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +106,10 @@ def two_processes(tiny_bert, tmp_path_factory) -> dict[str, tuple[object, Path]]
     return {name: (result, base / name) for name, result in zip(TWO_PROCESS_RUNS, results)}
 
 
-def one_and_two(two_processes, tiny_bert, tmp_path, name: str, entry: str = "cselab.training.loop:train_job"):
-    """The run ``name`` on 1 process here (the same spec and corpus), beside its 2-process run:
-    ``(one, two)`` results and their folders ``tmp_path/"one"``, ``two_dir``."""
-    _, args, training = TWO_PROCESS_RUNS[name]
+def one_and_two(two_processes, tiny_bert, tmp_path, name: str):
+    """The run ``name`` on 1 process here (the same entry, spec and corpus), beside its 2-process
+    run: ``(one, two, two_dir)``, the 1-process run's folder being ``tmp_path/"one"``."""
+    entry, args, training = TWO_PROCESS_RUNS[name]
     two, two_dir = two_processes[name]
     one = run(spec(tiny_bert, *args, **training), two_dir.parent / "corpus.txt", tmp_path / "one", devices=1,
               entry=entry)
@@ -125,7 +124,7 @@ def test_two_processes_equal_one_at_the_same_global_batch(two_processes, tiny_be
     statistics (its parameters are not compared: BatchNorm makes the gradient of a shift of every
     row exactly 0, e.g. for the encoder's last LayerNorm bias, and AdamW turns the 1e-9 float
     noise there into steps of either sign)."""
-    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, name, "tests.test_distributed:recording_gradients")
+    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, name)
     assert len(losses(one)) == len(losses(two)) == 3
     for a, b in zip(losses(one), losses(two)):
         assert abs(a - b) < TOL, (losses(one), losses(two))
@@ -160,8 +159,7 @@ def test_two_processes_equal_one_with_the_unpadded_forward(two_processes, tiny_b
     """The unpadded forward on 2 processes: the same losses and the same first gradient up to
     the rounding its per-process packing brings (1e-2 of the largest gradient, see ``spec``);
     a wrong scale or missing negatives would be off by order one."""
-    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, "unpadded",
-                                    "tests.test_distributed:recording_gradients")
+    one, two, two_dir = one_and_two(two_processes, tiny_bert, tmp_path, "unpadded")
     assert losses(one) == pytest.approx(losses(two), abs=TOL)
     a, b = (torch.load(folder / "grads.pt")[0] for folder in (tmp_path / "one", two_dir))
     scale = max(x.abs().max().item() for x in a if x is not None)
