@@ -102,12 +102,16 @@ def test_spread_and_written_table(tmp_path):
 @needs_real
 def test_untrained_minilm_reproduces_the_checked_scores():
     """The suite's outside check (test_sts.test_minilm_matches_mteb): all-MiniLM-L6-v2 under
-    "all", mean pooling and no truncation gives MTEB's published STS12, STS15 and STS-B."""
+    "all", mean pooling and no truncation gives MTEB's published STS12, STS15 and STS-B. Over
+    those three tasks only (13,283 sentences with STS-B dev, against 27,253 for all 7): the
+    other four run the same code, and the synthetic tests above and the workflow score all 7."""
     from cselab.models.checkpoints import resolve_model
 
-    rows = protocols.checkpoint_protocols(resolve_model("all-MiniLM-L6-v2"), REAL, [None])
+    checked = ["STS12", "STS15", "STSBenchmark"]
+    rows = protocols.checkpoint_protocols(resolve_model("all-MiniLM-L6-v2"), REAL, [None], tasks=checked)
     row = next(r for r in rows if (r["pooler"], r["truncation"], r["aggregation"]) == ("avg", None, "all"))
     assert row["STS12"] == pytest.approx(72.37, abs=0.1)
     assert row["STS15"] == pytest.approx(85.39, abs=0.1)
     assert row["STS-B"] == pytest.approx(82.03, abs=0.1)
+    assert set(row) >= {"STS12", "STS15", "STS-B", "avg", "STS-B dev"} and "SICK-R" not in row
     assert len({round(r["avg"], 3) for r in rows}) > 3  # the protocols do differ

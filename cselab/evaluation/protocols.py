@@ -23,6 +23,7 @@ tokens only sentences longer than 32 tokens are run again (the others have the s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +43,10 @@ PAPERS_PROTOCOL = {"aggregation": "all", "pooler": "cls_before_pooler", "truncat
 PAPERS = "SimCSE, CompCSE, DiffCSE, InfoCSE, gradient paradigm"
 
 
-def evaluation_sentences(root: Path) -> list[str]:
-    """The unique sentences of the 7 STS test sets and STS-B dev (first-seen order)."""
-    out = dict.fromkeys(s for task in STS_TASKS for sub in load_sts_task(root, task)
+def evaluation_sentences(root: Path, tasks: Sequence[str] = STS_TASKS) -> list[str]:
+    """The unique sentences of the STS test sets ``tasks`` (all 7 by default) and STS-B dev
+    (first-seen order)."""
+    out = dict.fromkeys(s for task in tasks for sub in load_sts_task(root, task)
                         for s in (*sub.sent1, *sub.sent2))
     dev = stsb_dev(root)
     out.update(dict.fromkeys([*dev.sent1, *dev.sent2]))
@@ -97,28 +99,31 @@ def embed_protocols(encoder, head, sentences: list[str], truncations: list[int |
     return out
 
 
-def score_protocols(embeddings: dict[tuple[str, int | None], Embeddings], root: Path) -> list[dict]:
-    """One row per (pooler, truncation, aggregation): the 7 STS columns, their average, STS-B
-    dev, and ``papers``: who declares the protocol (:data:`PAPERS_PROTOCOL`). A pooler the
-    checkpoint cannot give (``cls`` of a PLM without a pooler layer) has no rows."""
+def score_protocols(embeddings: dict[tuple[str, int | None], Embeddings], root: Path,
+                    tasks: Sequence[str] = STS_TASKS) -> list[dict]:
+    """One row per (pooler, truncation, aggregation): the columns of the STS tasks ``tasks``
+    (all 7 by default), their average, STS-B dev, and ``papers``: who declares the protocol
+    (:data:`PAPERS_PROTOCOL`). A pooler the checkpoint cannot give (``cls`` of a PLM without a
+    pooler layer) has no rows."""
     rows = []
     for (pooler, truncation), embedded in embeddings.items():
         if np.isnan(embedded.vectors).all():
             continue
-        sts = evaluate_sts(embedded, root)
+        sts = evaluate_sts(embedded, root, tasks)
         dev = evaluate_stsb_dev(embedded, root)["scores"]["STS-B dev"]
         for aggregation in AGGREGATIONS:
             key = _AGGREGATION_KEYS[aggregation]
-            scores = {COLUMN_NAMES[t]: sts["tasks"][t][key] for t in STS_TASKS}
+            scores = {COLUMN_NAMES[t]: sts["tasks"][t][key] for t in tasks}
             protocol = {"aggregation": aggregation, "pooler": pooler, "truncation": truncation}
             rows.append({**protocol, **scores, "avg": float(np.mean(list(scores.values()))), "STS-B dev": dev,
                          "papers": PAPERS if protocol == PAPERS_PROTOCOL else ""})
     return rows
 
 
-def checkpoint_protocols(model_dir: Path, root: Path, truncations: list[int | None], batch_size: int = 128) -> list[dict]:
-    """:func:`score_protocols` of the checkpoint (or untrained PLM) at ``model_dir``: its encoder,
-    and its training head for ``cls`` when it has one."""
+def checkpoint_protocols(model_dir: Path, root: Path, truncations: list[int | None], batch_size: int = 128,
+                         tasks: Sequence[str] = STS_TASKS) -> list[dict]:
+    """:func:`score_protocols` of the checkpoint (or untrained PLM) at ``model_dir`` over the STS
+    tasks ``tasks``: its encoder, and its training head for ``cls`` when it has one."""
     from cselab.models.encoder import load_encoder
     from cselab.models.heads import HEAD_META, load_head
 
@@ -126,8 +131,8 @@ def checkpoint_protocols(model_dir: Path, root: Path, truncations: list[int | No
     if torch.cuda.is_available():
         encoder.to("cuda")
     head = load_head(model_dir) if (Path(model_dir) / HEAD_META).is_file() else None
-    sentences = evaluation_sentences(root)
-    return score_protocols(embed_protocols(encoder, head, sentences, truncations, batch_size=batch_size), root)
+    sentences = evaluation_sentences(root, tasks)
+    return score_protocols(embed_protocols(encoder, head, sentences, truncations, batch_size=batch_size), root, tasks)
 
 
 def spread(rows: list[dict]) -> dict:
