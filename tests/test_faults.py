@@ -360,17 +360,14 @@ def test_tracking_outage_loses_no_step_and_no_metric(reference, project, tmp_pat
         server = start_server(port, store)
         down = time.monotonic() - killed_at
         assert job.wait(timeout=900) == 0, logtail(job)
-    finally:
-        job.kill()
-        stop(server)
-    server = start_server(port, store)
-    try:
+        # read back from the restarted server, after the job has ended
         found = api(uri, "experiments/get-by-name", {"experiment_name": "cselab-faults"})["experiment"]
         runs = api(uri, "runs/search", body={"experiment_ids": [found["experiment_id"]], "max_results": 100})["runs"]
         (train,) = [r for r in runs if {t["key"]: t["value"] for t in r["data"]["tags"]}["rule"] == "train"]
         history = api(uri, "metrics/get-history", {"run_id": train["info"]["run_id"], "metric_key": "loss",
                                                    "max_results": 10000})["metrics"]
     finally:
+        job.kill()
         stop(server)
     steps = sorted(m["step"] for m in history)
     assert train["info"]["status"] == "FINISHED"
