@@ -2,10 +2,10 @@
 
 Aten ops dispatched per step (a ``TorchDispatchMode`` counter; set-up excluded: the count at 4
 steps minus the count at 2 steps, halved) at BERT-base depth (12 layers, narrow: the count does
-not depend on width), batch 16 (nor on the batch: at 64 both sides count the same ops, SimCSE
-3,730 against 4,266 and CompCSE 5,535 against 6,661), against
-``benchmarks_scripts/throughput.py``'s plain Hugging Face loop, both with torch's default AdamW. The keyed dropout runs as the CUDA path does, one
-custom op per site: its Triton kernel, here in Triton's interpreter (``TRITON_INTERPRET=1``).
+not depend on width), batch 16 (nor on the batch: at 64 both sides count the same ops;
+docs/speed.md has the counts), against ``benchmarks_scripts/throughput.py``'s plain Hugging Face
+loop, both with torch's default AdamW. The keyed dropout runs as the CUDA path does, one custom
+op per site: its Triton kernel, here in Triton's interpreter (``TRITON_INTERPRET=1``).
 
 - the pipeline's step is at most 1.05x the plain loop's ops, SimCSE and CompCSE;
 - keyed dropout is 2 ops a dropout site (forward, backward) and no int64 hashing outside them;
