@@ -283,6 +283,13 @@ class Buffer:
         except OSError:
             return 0
 
+    def __bool__(self) -> bool:
+        """Whether calls are waiting (asked at every step of an outage: the file's size, not its lines)."""
+        try:
+            return os.stat(self.path).st_size > 0
+        except OSError:
+            return False
+
     def add(self, op: str, **kwargs) -> None:
         with open(self.path, "a") as fh:
             fh.write(json.dumps({"op": op, "uri": self.uri, "run_id": self.run_id, **kwargs}) + "\n")
@@ -326,8 +333,17 @@ def _execute(client, op: dict) -> None:
         client.set_terminated(run_id, status=op["status"])
 
 
+#: the most metrics one replayed ``log_batch`` request carries (MLflow's own limit per request)
+MAX_REPLAY_METRICS = 1000
+
+
 def replay_file(path: str | Path) -> int:
-    """Replay a buffer file's calls in order; return how many are left (0: the file is removed)."""
+    """Replay a buffer file's calls in order; return how many are left (0: the file is removed).
+
+    Consecutive buffered metric batches of one run go as one request of up to
+    :data:`MAX_REPLAY_METRICS` metrics, so an outage of many steps replays in a few requests, not
+    one per step. A merged request the server rejects is sent again call by call: only the calls
+    it rejects are dropped (and said)."""
     from mlflow import MlflowClient
 
     path = Path(path)
@@ -335,19 +351,48 @@ def replay_file(path: str | Path) -> int:
         ops = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except OSError:
         return 0
-    for i, op in enumerate(ops):
+    clients: dict = {}
+    i, alone = 0, 0  # the calls before ``alone`` go one by one (their merged request was rejected)
+    while i < len(ops):
+        end = i + 1 if i < alone else _metric_run(ops, i)
+        uri = ops[i]["uri"]
+        if uri not in clients:
+            clients[uri] = MlflowClient(uri)
         try:
-            _execute(MlflowClient(op["uri"]), op)
+            _execute(clients[uri], _merged(ops[i:end]))
         except _tracking_errors() as e:
-            if not is_outage(e):  # rejected for good: dropped, said, not blocking the rest
-                log.warning("MLflow rejected a buffered %s for run %s (%s): dropped", op["op"], op["run_id"], _reason(e))
+            if is_outage(e):
+                rest = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                rest.write_text("".join(json.dumps(o) + "\n" for o in ops[i:]))
+                os.replace(rest, path)
+                return len(ops) - i
+            if end - i > 1:
+                alone = end
                 continue
-            rest = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            rest.write_text("".join(json.dumps(o) + "\n" for o in ops[i:]))
-            os.replace(rest, path)
-            return len(ops) - i
+            log.warning("MLflow rejected a buffered %s for run %s (%s): dropped", ops[i]["op"], ops[i]["run_id"], _reason(e))
+        i = end
     path.unlink(missing_ok=True)
     return 0
+
+
+def _metric_run(ops: list[dict], start: int) -> int:
+    """The end of the calls from ``start`` that go as one request: consecutive ``log_batch`` calls
+    of one run and server, up to :data:`MAX_REPLAY_METRICS` metrics (any other call alone)."""
+    first, end, count = ops[start], start + 1, len(ops[start].get("metrics", ()))
+    if first["op"] != "log_batch":
+        return end
+    while end < len(ops):
+        op = ops[end]
+        if (op["op"], op["uri"], op["run_id"]) != ("log_batch", first["uri"], first["run_id"]) \
+                or count + len(op["metrics"]) > MAX_REPLAY_METRICS:
+            break
+        count, end = count + len(op["metrics"]), end + 1
+    return end
+
+
+def _merged(ops: list[dict]) -> dict:
+    """One call for ``ops``: the call itself, or one run's metric batches as one batch."""
+    return ops[0] if len(ops) == 1 else {**ops[0], "metrics": [m for op in ops for m in op["metrics"]]}
 
 
 class Run:
@@ -360,7 +405,7 @@ class Run:
         self.buffer = buffer
 
     def _guard(self, call, op: str, **buffered) -> None:
-        if self.buffer is not None and len(self.buffer):
+        if self.buffer:
             self.buffer.add(op, **buffered)  # keep the order: after what is already buffered
             return
         try:
@@ -408,7 +453,7 @@ class Run:
     def flush(self) -> bool:
         """Replay the buffer (training is over: wait for the server with backoff, up to
         :data:`FLUSH_WAIT_S`); True when nothing is left."""
-        if self.buffer is None or not len(self.buffer):
+        if not self.buffer:
             return True
         deadline, pause = time.monotonic() + FLUSH_WAIT_S, 2.0
         while not self.buffer.replay():
@@ -448,9 +493,10 @@ class RunMetrics:
         step, now = int(row["step"]), int(time.time() * 1000)
         metrics = [[metric_name(k), float(v), now, step] for k, v in row.items()
                    if k not in ("step", "epoch") and v is not None]
-        buffer = self._buffer or (Buffer(Path(self.buffer_path), self.uri, self.run_id) if self.buffer_path else None)
-        self._buffer = buffer
-        if buffer is not None and len(buffer):
+        if self._buffer is None and self.buffer_path:
+            self._buffer = Buffer(Path(self.buffer_path), self.uri, self.run_id)
+        buffer = self._buffer
+        if buffer:
             if time.monotonic() - buffer.last_try < REPLAY_EVERY_S or not buffer.replay():
                 buffer.add("log_batch", metrics=metrics)
                 return
