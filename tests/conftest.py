@@ -3,13 +3,15 @@ import os
 # Parallel workers (`-n 2`) each get their share of the cores for torch's intra-op threads, set
 # before anything imports torch: two workers that each spin OpenMP threads on every core slow
 # each other down by up to 6x (the GPU acceptance test at tiny size: 54 s alone, 336 s beside a
-# second copy with the default threads, 71 s with one thread each). Workflow jobs still set their
-# own threads from their rules' `threads` (cselab.pipeline.jobs.set_threads).
+# second copy with the default threads, 71 s with one thread each). Workflow jobs set their own
+# threads from their rules' `threads` (cselab.pipeline.jobs.set_threads), which the tests' Snakemake
+# runs cap at the same share (`--max-threads`, tests/smk_forks.capped).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _SHARE = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, _SHARE)
+    os.environ.setdefault("CSELAB_TEST_MAX_THREADS", _SHARE)  # Snakemake's --max-threads (tests/smk_forks.py)
 
 import pytest  # noqa: E402
 

@@ -45,9 +45,30 @@ OPTIONAL = ("IPython",)
 _SERVER: list = [None]  # (Popen, address) of this process's fork server
 
 
+#: set by tests/conftest.py with parallel test workers: each worker's share of the cores
+THREAD_CAP_ENV = "CSELAB_TEST_MAX_THREADS"
+
+
+def capped(cmd: list[str]) -> list[str]:
+    """``cmd`` with Snakemake's ``--max-threads`` at this worker's share of the cores where the
+    workers share the machine (:data:`THREAD_CAP_ENV`) and ``cmd`` runs jobs: a job's torch then
+    runs as many threads as the worker has cores. Two workers' jobs that each run OpenMP threads on
+    every core wait at every op's barrier for a thread the other holds off its core: the fault
+    file's three training tests beside one busy single-thread process took 964 s so, 159 s capped.
+    A dry run (it shows each job's threads) and a command that sets its own cap are unchanged."""
+    cap = os.environ.get(THREAD_CAP_ENV)
+    dry = any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+              for a in cmd[3:])
+    if (not cap or cmd[:3] != [sys.executable, "-m", "snakemake"] or dry
+            or any(a.split("=")[0] == "--max-threads" for a in cmd)):
+        return cmd
+    return [*cmd[:3], "--max-threads", cap, *cmd[3:]]
+
+
 def run(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)``, through a
-    fork of the server where :func:`forkable` says it may."""
+    fork of the server where :func:`forkable` says it may (with :func:`capped`'s thread cap)."""
+    cmd = capped(cmd)
     conn = _connect() if forkable(cmd, env) else None
     if conn is None:
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)

@@ -86,7 +86,7 @@ def start_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.Pope
     """``snakemake`` in the background; its output goes to ``proc.log_path``."""
     path = root.parent / f"smk-{time.monotonic_ns()}.log"
     with open(path, "w") as log:
-        proc = subprocess.Popen(smk_cmd(root, *args), stdout=log, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(smk_forks.capped(smk_cmd(root, *args)), stdout=log, stderr=subprocess.STDOUT, text=True,
                                 env=smk_env(uri), start_new_session=True)
     proc.log_path = path
     return proc

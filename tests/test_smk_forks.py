@@ -33,3 +33,15 @@ def test_a_forked_invocation_ends_as_a_started_one(tmp_path):
     assert forked.returncode == started.returncode != 0
     assert "training.lr" in forked.stdout + forked.stderr
     assert forked.stdout + forked.stderr == started.stdout + started.stderr
+
+
+def test_parallel_workers_cap_the_threads_of_runs_not_of_dry_runs(monkeypatch):
+    """With parallel workers a run's jobs get the worker's share of the cores (``--max-threads``);
+    a dry run shows the rules' own threads, and a command's own cap stands."""
+    monkeypatch.setenv(smk_forks.THREAD_CAP_ENV, "1")
+    assert smk_forks.capped([*SMK, "--cores", "2", "t"]) == [*SMK[:3], "--max-threads", "1", *SMK[3:], "--cores", "2", "t"]
+    for cmd in ([*SMK, "-n", "t"], [*SMK, "-pn", "t"], [*SMK, "--dry-run", "t"], [*SMK, "--max-threads=2", "t"],
+                ["snakemake", "--cores", "2"]):
+        assert smk_forks.capped(cmd) == cmd
+    monkeypatch.delenv(smk_forks.THREAD_CAP_ENV)
+    assert smk_forks.capped([*SMK, "--cores", "2", "t"]) == [*SMK, "--cores", "2", "t"]
