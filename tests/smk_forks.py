@@ -56,10 +56,10 @@ def capped(cmd: list[str]) -> list[str]:
     every core wait at every op's barrier for a thread the other holds off its core: the fault
     file's three training tests beside one busy single-thread process took 964 s so, 159 s capped.
     A dry run (it shows each job's threads) and a command that sets its own cap are unchanged."""
+    from cselab.pipeline.invocation import is_dry_run
+
     cap = os.environ.get(THREAD_CAP_ENV)
-    dry = any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
-              for a in cmd[3:])
-    if (not cap or cmd[:3] != [sys.executable, "-m", "snakemake"] or dry
+    if (not cap or cmd[:3] != [sys.executable, "-m", "snakemake"] or is_dry_run(cmd[3:])
             or any(a.split("=")[0] == "--max-threads" for a in cmd)):
         return cmd
     return [*cmd[:3], "--max-threads", cap, *cmd[3:]]

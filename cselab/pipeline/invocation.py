@@ -51,8 +51,7 @@ class Invocation:
 
     @classmethod
     def of(cls, args: list[str], main: bool) -> "Invocation":
-        dry = any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
-                  for a in args)
+        dry = is_dry_run(args)
         no_jobs = any(a.split("=")[0] in NO_JOB_FLAGS for a in args)
         forced = "prepare_corpus" in args or any(a in ("-F", "--forceall") for a in args)
         return cls(tuple(args), main, dry, no_jobs, forced, asks_for_gpus(args))
@@ -67,6 +66,12 @@ class Invocation:
     def checks(self) -> bool:
         """It plans or runs: the checks before planning apply."""
         return self.main and not self.no_jobs
+
+
+def is_dry_run(args) -> bool:
+    """Whether Snakemake's arguments ``args`` ask for a dry run (``-n`` alone or in a short-flag group)."""
+    return any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:])
+               for a in args)
 
 
 def asks_for_gpus(args: list[str]) -> bool:

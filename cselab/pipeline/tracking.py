@@ -378,9 +378,10 @@ def replay_file(path: str | Path) -> int:
 def _metric_run(ops: list[dict], start: int) -> int:
     """The end of the calls from ``start`` that go as one request: consecutive ``log_batch`` calls
     of one run and server, up to :data:`MAX_REPLAY_METRICS` metrics (any other call alone)."""
-    first, end, count = ops[start], start + 1, len(ops[start].get("metrics", ()))
+    first, end = ops[start], start + 1
     if first["op"] != "log_batch":
         return end
+    count = len(first["metrics"])
     while end < len(ops):
         op = ops[end]
         if (op["op"], op["uri"], op["run_id"]) != ("log_batch", first["uri"], first["run_id"]) \
