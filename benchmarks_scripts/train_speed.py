@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_settings as settings  # noqa: E402
 
-SIZES = {"tiny": (2, 128, 2), "base": (12, 768, 12), "large": (24, 1024, 16)}
+SIZES = {"tiny": (2, 64, 2), "base": (12, 768, 12), "large": (24, 1024, 16)}
 
 
 def build_model(out: Path, size: str, tokenizer: str | None) -> Path:
