@@ -145,24 +145,3 @@ def test_throughput_benchmark_runs_and_writes_ratios(tmp_path):
     assert all(0 <= v < 1 for v in overhead)
     sts = {r["side"]: r["avg_spearman"] for r in rows if r["kind"] == "sts"}
     assert abs(float(sts["pipeline"]) - float(sts["plain"])) < 0.05  # the same model, the same scores
-
-
-def test_compiled_backbone_trains_like_the_eager_one(tiny_bert, tmp_path):
-    """training.compile: the same losses as eager at every step (dropout on: its masks are keyed
-    by row and position, so padding to multiples of 8 changes none of them, and it is masked), the saved checkpoint's keys unchanged. (Weights are not compared
-    to 1e-4: Adam turns float noise in near-zero gradients into steps of size lr.)"""
-    from cselab.training.loop import train
-    from tests.test_train import spec_for
-
-    corpus = make_corpus(tmp_path / "corpus.txt", 24)
-    runs = {}
-    for name, compile_ in (("eager", False), ("compiled", True)):
-        spec = spec_for(tiny_bert, "simcse", max_steps=3, eval_steps=None, log_steps=1, dropout=0.1,
-                        compile=compile_)
-        runs[name] = train(spec, corpus, lambda enc: 0.0, tmp_path / name, device="cpu")
-    eager, compiled = ([r["loss"] for r in runs[k].curve if "loss" in r] for k in ("eager", "compiled"))
-    assert compiled == pytest.approx(eager, abs=1e-4)
-    from safetensors.torch import load_file
-
-    a, b = (load_file(tmp_path / k / "model" / "model.safetensors") for k in ("eager", "compiled"))
-    assert a.keys() == b.keys()  # the losses of steps 2 and 3 already depend on the compiled updates
