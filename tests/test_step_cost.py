@@ -233,6 +233,7 @@ def test_compiled_training_matches_eager_and_compiles_once_per_shape(tiny_bert, 
     keys unchanged. (Weights are not compared to 1e-4: Adam turns float noise in near-zero
     gradients into steps of size lr.)"""
     import torch._dynamo
+    from safetensors.torch import load_file
     from torch._dynamo.utils import counters
 
     from cselab.training.loop import train
@@ -250,7 +251,5 @@ def test_compiled_training_matches_eager_and_compiles_once_per_shape(tiny_bert, 
         losses[name] = [r["loss"] for r in res.curve if "loss" in r]
     assert losses["compiled"] == pytest.approx(losses["eager"], abs=1e-4)
     assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])  # widths 16 (and 32)
-    from safetensors.torch import load_file
-
     a, b = (load_file(tmp_path / k / "model" / "model.safetensors") for k in ("eager", "compiled"))
     assert a.keys() == b.keys()  # the losses of steps 2 to 6 already depend on the compiled updates
