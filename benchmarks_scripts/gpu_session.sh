@@ -3,10 +3,12 @@
 # that writes every row under $OUT the moment it is measured (a call cut short keeps its rows).
 # On the GPU machine (shared/gpu/README.md; carry .device):
 #   source .device/setup.sh && bash benchmarks_scripts/gpu_session.sh 1     # then 2, 3; 4 re-checks after tuning
+# 5 is one call for a short lease after 1 and 2: the correctness on main beside stage 3, then the
+# default mode (compile: auto) of every timed case that stages 1-2 measured eager only
 # Rehearsed on the CPU at tiny size with the same stages:
 #   OUT=/tmp/out SIZE=tiny DEVICE=cpu bash benchmarks_scripts/gpu_session.sh 1
 set -uo pipefail
-stage=${1:?stage 1, 2, 3 or 4}
+stage=${1:?stage 1, 2, 3, 4 or 5}
 OUT=${OUT:?set OUT}
 SIZE=${SIZE:-base}
 DEVICE=${DEVICE:-cuda}
@@ -48,6 +50,7 @@ case "$stage" in
     # the methods whose step synced in stage 1, each precision, the sync debug mode on (tiny: seconds)
     timeout 60 python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size tiny --steps 6 \
         --batch-sizes 16 --sections train --methods diffcse,diffcse-edits,infocse-stage2 --out "$OUT/syncs" \
+        --corpus "$data/wiki1m_head.txt" \
         2>&1 | grep -E "^\{|wrote" | cut -c1-200
     bash "$0" 3
     timeout 100 "${acc[@]}" --sections profile --out "$OUT/profile" --batch-sizes "$small,$large" \
@@ -64,5 +67,22 @@ from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', No
     echo "snakemake: exit $?"; tail -5 "$OUT/snakemake.log"
     python benchmarks_scripts/job_overhead.py --out "$OUT/overhead.csv"
     tar czf "$OUT/logs.tgz" logs benchmarks results/table1.md 2>/dev/null || true
+    ;;
+5)  # the CUDA tests and every method under the sync debug mode (4 threads) beside stage 3, then the
+    # default mode of CompCSE 64, SimCSE at the large batch, DiffCSE and InfoCSE stage 2 (8 files come back)
+    { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+      python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1
+    ( export OMP_NUM_THREADS=4
+      [ "$DEVICE" = cuda ] && timeout 60 python -m pytest -m gpu -n 0 -q -p no:cacheprovider \
+          tests/test_gpu.py -k kernel 2>&1 | tail -3
+      timeout 150 python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size tiny --steps 6 \
+          --batch-sizes 16 --senteval "$data/senteval" --sections train,layouts,sts,distributed \
+          --corpus "$data/wiki1m_head.txt" \
+          --out "$OUT/correct" 2>&1 | grep -E "FAILED|Error|wrote" | cut -c1-300 ) &
+    bash "$0" 3
+    wait
+    timeout 230 "${acc[@]}" --sections speed --rounds 1 --out "$OUT/speed5" --batch-sizes "$small,$large" \
+        --speed-cases "compcse@$small,simcse@$large,diffcse@$small,infocse-stage2@$small" 2>&1 \
+        | grep -E "^\{|wrote|Error" | cut -c1-400
     ;;
 esac
