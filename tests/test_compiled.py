@@ -106,3 +106,32 @@ def test_a_compile_killed_midway_does_not_break_the_next_run(tiny_bert, tmp_path
     assert "empty file(s) from the compile cache" in second.stderr
     assert [ln for ln in second.stdout.splitlines() if ln.startswith("LOSSES")] == \
         [ln for ln in first.stdout.splitlines() if ln.startswith("LOSSES")]
+
+
+def test_training_jobs_share_the_workflows_compile_cache_unless_one_is_named(tmp_path, monkeypatch):
+    """A training job compiles into results/cache/compile of the workflow's folder (a cluster's
+    jobs share no temporary folder), unless the environment names another cache than torch's
+    default."""
+    from types import SimpleNamespace
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from cselab.pipeline import tracking
+    from cselab.pipeline.jobs import train as train_job
+    from cselab.training import loop
+
+    seen = []
+    monkeypatch.setattr(loop, "train_job", lambda kwargs: seen.append(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+    monkeypatch.setattr(tracking.RunMetrics, "of", classmethod(lambda cls, run: None))
+    monkeypatch.chdir(tmp_path)
+    smk = SimpleNamespace(input=SimpleNamespace(corpus=str(make_corpus(tmp_path / "corpus.txt", 4))), params=
+                          SimpleNamespace(artifacts={}), log=[], threads=1)
+    for named in (None, os.path.abspath(default_cache_dir()), str(tmp_path / "mine")):
+        if named is None:
+            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        else:
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", named)
+        train_job._loop(smk, spec=None, ops={}, out_dir=tmp_path / "run", dev_score=None, r=None)
+    shared = str(tmp_path / "results" / "cache" / "compile")
+    assert seen == [shared, shared, str(tmp_path / "mine")]
+    assert compiled.cache_dir() == tmp_path / "mine"

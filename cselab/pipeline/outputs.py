@@ -63,6 +63,7 @@ RESULT: Mapping[str, str] = _Results()
 
 EMBEDDING_CACHE = "results/cache/embeddings"
 TOKEN_CACHE = "results/cache/tokens"  # tokenised training corpora, shared by experiments and seeds
+COMPILE_CACHE = "results/cache/compile"  # inductor's compiled steps, shared by a workflow's training jobs
 
 # Reporting
 TABLE_CSV = "results/{table}.csv"

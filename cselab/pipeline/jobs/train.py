@@ -59,10 +59,11 @@ def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
     """The training loop on ``training.devices`` processes per node of ``training.nodes`` (one:
     in this process); rank 0 reports every curve row to this job's MLflow run."""
     from cselab.pipeline.tracking import RunMetrics
-    from cselab.training import distributed
+    from cselab.training import compiled, distributed
     from cselab.training.loop import train_job
 
     _check_corpus(Path(smk.input.corpus))
+    compiled.share_cache(Path(outputs.COMPILE_CACHE))
     kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
               "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
