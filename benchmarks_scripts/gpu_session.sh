@@ -4,11 +4,11 @@
 # On the GPU machine (shared/gpu/README.md; carry .device):
 #   source .device/setup.sh && bash benchmarks_scripts/gpu_session.sh 1     # then 2, 3; 4 re-checks after tuning
 # 5 is one call for a short lease after 1 and 2: the correctness on main beside stage 3, then the
-# default mode (compile: auto) of every timed case that stages 1-2 measured eager only
+# default mode (compile: auto) of every timed case that stages 1-2 measured eager only; 6 follows 5
 # Rehearsed on the CPU at tiny size with the same stages:
 #   OUT=/tmp/out SIZE=tiny DEVICE=cpu bash benchmarks_scripts/gpu_session.sh 1
 set -uo pipefail
-stage=${1:?stage 1, 2, 3, 4 or 5}
+stage=${1:?stage 1, 2, 3, 4, 5 or 6}
 OUT=${OUT:?set OUT}
 SIZE=${SIZE:-base}
 DEVICE=${DEVICE:-cuda}
@@ -84,5 +84,25 @@ from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', No
     timeout 230 "${acc[@]}" --sections speed --rounds 1 --out "$OUT/speed5" --batch-sizes "$small,$large" \
         --speed-cases "compcse@$small,simcse@$large,diffcse@$small,infocse-stage2@$small" 2>&1 \
         | grep -E "^\{|wrote|Error" | cut -c1-400
+    ;;
+6)  # what 5 left: the STS check compared in bf16 on both sides (tiny), the profile of CompCSE and
+    # DiffCSE at the small batch, and one training job's time with a new, then a used compile cache
+    timeout 60 python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size tiny --batch-sizes 16 \
+        --senteval "$data/senteval" --sections sts --corpus "$data/wiki1m_head.txt" --out "$OUT/sts6" 2>&1 \
+        | grep -E "^\{|wrote|Error" | cut -c1-300
+    timeout 120 "${acc[@]}" --sections profile --out "$OUT/profile6" --batch-sizes "$small,$large" \
+        --profile-cases "compcse@$small,diffcse@$small" 2>&1 | grep -E "^\{|wrote|Error" | cut -c1-400
+    work=$(mktemp -d)
+    python -c "import sys; sys.path.insert(0, 'benchmarks_scripts'); from pathlib import Path; \
+from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', None)"
+    precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
+    printf 'plms: {minilm: {model: %s}}\ntraining: {precision: %s}\n' "$work/bert" "$precision" > "$work/device.yaml"
+    for cache in new used; do  # the second run's training reads what the first compiled (results/cache/compile)
+        timeout 170 snakemake results/experiments/simcse-minilm-s42/train_summary.json --forcerun train --cores 16 \
+            --set-threads train=8 --configfile configs/smoke.yaml "$work/device.yaml" --config data_dir="$data" \
+            > "$OUT/snakemake_$cache.log" 2>&1
+        echo "$cache cache: exit $? $(grep -h "where the job's time went" logs/train/simcse-minilm-s42.log | cut -c24-)" \
+            | tee -a "$OUT/compile_cache.txt"
+    done
     ;;
 esac
