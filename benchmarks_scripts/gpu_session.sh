@@ -23,6 +23,13 @@ fi
 export PYTHONPATH="$PWD/plugins/snakemake-logger-plugin-cselab${PYTHONPATH:+:$PYTHONPATH}"
 acc=(python benchmarks_scripts/gpu_acceptance.py --device "$DEVICE" --size "$SIZE" --corpus "$data/wiki1m_head.txt")
 if [ "$DEVICE" = cuda ]; then small=64; large=512; chunks=(64 16 1024 128); else small=16; large=32; chunks=(16 4 32 4); fi
+device_config() {  # a BERT of $SIZE built from a config, named as the smoke's PLM: "$work/device.yaml"
+    work=$(mktemp -d)
+    python -c "import sys; sys.path.insert(0, 'benchmarks_scripts'); from pathlib import Path; \
+from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', None)"
+    local precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
+    printf 'plms: {minilm: {model: %s}}\ntraining: {precision: %s}\n' "$work/bert" "$precision" > "$work/device.yaml"
+}
 case "$stage" in
 1)  # the machine, the CUDA correctness tests, the three headline speed cases
     { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -57,11 +64,7 @@ case "$stage" in
         --profile-cases "simcse@$small"
     ;;
 3)  # a job's time outside its work, through Snakemake: the smoke Table 1 on a BERT of $SIZE
-    work=$(mktemp -d)
-    python -c "import sys; sys.path.insert(0, 'benchmarks_scripts'); from pathlib import Path; \
-from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', None)"
-    precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
-    printf 'plms: {minilm: {model: %s}}\ntraining: {precision: %s}\n' "$work/bert" "$precision" > "$work/device.yaml"
+    device_config
     timeout 240 snakemake results/table1.csv --cores 16 --set-threads train=4 evaluate_sts=4 \
         --configfile configs/smoke.yaml "$work/device.yaml" --config data_dir="$data" > "$OUT/snakemake.log" 2>&1
     echo "snakemake: exit $?"; tail -5 "$OUT/snakemake.log"
@@ -92,11 +95,7 @@ from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', No
         | grep -E "^\{|wrote|Error" | cut -c1-300
     timeout 120 "${acc[@]}" --sections profile --out "$OUT/profile6" --batch-sizes "$small,$large" \
         --profile-cases "compcse@$small,diffcse@$small" 2>&1 | grep -E "^\{|wrote|Error" | cut -c1-400
-    work=$(mktemp -d)
-    python -c "import sys; sys.path.insert(0, 'benchmarks_scripts'); from pathlib import Path; \
-from train_speed import build_model; build_model(Path('$work/bert'), '$SIZE', None)"
-    precision=bf16; [ "$DEVICE" = cuda ] || precision=fp32
-    printf 'plms: {minilm: {model: %s}}\ntraining: {precision: %s}\n' "$work/bert" "$precision" > "$work/device.yaml"
+    device_config
     for cache in new used; do  # the second run's training reads what the first compiled (results/cache/compile)
         timeout 170 snakemake results/experiments/simcse-minilm-s42/train_summary.json --forcerun train --cores 16 \
             --set-threads train=8 --configfile configs/smoke.yaml "$work/device.yaml" --config data_dir="$data" \
