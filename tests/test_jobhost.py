@@ -109,9 +109,17 @@ def test_a_client_killed_outright_takes_its_job_with_it(tmp_path, invocation):
     client.kill()
     client.wait()
     deadline = time.monotonic() + 10
-    while psutil.pid_exists(job) and psutil.Process(job).status() != psutil.STATUS_ZOMBIE:
+    while alive(job):
         assert time.monotonic() < deadline, "the job outlived its killed client"
         time.sleep(0.05)
+
+
+def alive(pid):
+    """Whether pid runs and is not a zombie; a process that ends while we look is not alive."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_host_killed_during_a_job_loses_nothing(tmp_path):
