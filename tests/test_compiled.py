@@ -4,6 +4,7 @@ to the same numbers."""
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import subprocess
@@ -19,11 +20,20 @@ RUN = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {root!r})
+import torch._dynamo
+from safetensors.torch import load_file
+from torch._dynamo.utils import counters
 from tests.test_train import spec_for
 from cselab.training.loop import train
-spec = spec_for(Path({bert!r}), "simcse", max_steps=2, eval_steps=None, log_steps=1, dropout=0.1, compile=True)
-res = train(spec, Path({corpus!r}), lambda enc: 0.0, Path(sys.argv[1]), device="cpu")
-print("LOSSES", [round(r["loss"], 5) for r in res.curve if "loss" in r])
+out = Path(sys.argv[1])
+for name, compile_ in (("eager", False), ("compiled", True)):
+    spec = spec_for(Path({bert!r}), "simcse", max_steps=6, eval_steps=None, log_steps=1, dropout=0.1,
+                    batch_size=8, compile=compile_)  # as config.yaml's training section names it
+    res = train(spec, Path({corpus!r}), lambda enc: 0.0, out / name, device="cpu",
+                operational={{"pad_to_multiple_of": 16 if compile_ else None}})
+    print(name.upper(), [r["loss"] for r in res.curve if "loss" in r])
+    print(name.upper() + "_KEYS", sorted(load_file(out / name / "model" / "model.safetensors")))
+print("GRAPHS", counters["stats"]["unique_graphs"])
 """
 
 
@@ -83,11 +93,19 @@ def test_a_failing_compile_is_retried_then_the_step_runs_eager(tiny_bert, tmp_pa
 
 
 def test_a_compile_killed_midway_does_not_break_the_next_run(tiny_bert, tmp_path):
-    """A real inductor compile on the CPU, then one compiled .so truncated to 0 bytes (what a
-    kill mid-write left here once: every later compiled step failed on it); the next process
-    trains compiled, to the same losses. One library, not all: the guard is the same, and the
-    next process rebuilds one kernel with g++ instead of 27."""
-    corpus = make_corpus(tmp_path / "corpus.txt", 24)
+    """``training.compile: true`` on the CPU (inductor), in a process of its own: the same losses
+    as the eager step at every step, to float rounding (dropout on: its masks are keyed by row and
+    position, so padding to multiples of 16 changes none of them, and it is masked), one compiled
+    graph per batch width (no recompile per step: the step's seed is a tensor), and the saved
+    checkpoint's keys unchanged. (Weights are not compared to 1e-4: Adam turns float noise in
+    near-zero gradients into steps of size lr; the losses of steps 2 to 6 already depend on the
+    compiled updates.)
+
+    Then one compiled .so truncated to 0 bytes (what a kill mid-write left here once: every later
+    compiled step failed on it); the next process trains compiled, to the same losses. One
+    library, not all: the guard is the same, and the next process rebuilds one kernel with g++
+    instead of 27."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 48)
     script = tmp_path / "run.py"
     script.write_text(RUN.format(root=str(ROOT), bert=str(tiny_bert), corpus=str(corpus)))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
@@ -96,16 +114,19 @@ def test_a_compile_killed_midway_does_not_break_the_next_run(tiny_bert, tmp_path
         out = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
                              text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
-        return out
+        return {line.split(" ", 1)[0]: ast.literal_eval(line.split(" ", 1)[1]) for line in out.stdout.splitlines()
+                if line.startswith(("EAGER", "COMPILED", "GRAPHS"))}, out.stderr
 
-    first = run("first")
+    first, _ = run("first")
+    assert len(first["EAGER"]) == 6 and first["COMPILED"] == pytest.approx(first["EAGER"], abs=1e-4)
+    assert 1 <= first["GRAPHS"] <= 2, first["GRAPHS"]  # widths 16 (and 32)
+    assert first["COMPILED_KEYS"] == first["EAGER_KEYS"]
     libraries = sorted((tmp_path / "cache").rglob("*.so"))
     assert libraries, "inductor wrote no compiled library"
     libraries[0].write_bytes(b"")
-    second = run("second")
-    assert "empty file(s) from the compile cache" in second.stderr
-    assert [ln for ln in second.stdout.splitlines() if ln.startswith("LOSSES")] == \
-        [ln for ln in first.stdout.splitlines() if ln.startswith("LOSSES")]
+    second, stderr = run("second")
+    assert "empty file(s) from the compile cache" in stderr
+    assert second["COMPILED"] == first["COMPILED"]
 
 
 def test_training_jobs_share_the_workflows_compile_cache_unless_one_is_named(tmp_path, monkeypatch):
