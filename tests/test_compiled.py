@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -57,6 +58,30 @@ def test_empty_cache_files_are_removed_and_nothing_else(tmp_path, caplog):
     assert all(p.exists() for p in kept) and not any(p.exists() for p in empty)
     assert "removed 3 empty file(s)" in caplog.text
     assert compiled.drop_partial_files(tmp_path / "missing") == []
+
+
+def test_an_empty_library_another_process_is_compiling_is_left_alone(tmp_path):
+    """Jobs share a workflow's compile cache: while one job's g++ writes ``<key>.main.so`` (empty
+    for a moment) under inductor's ``locks/<key>.lock``, another job's guard must not remove it;
+    once that lock is free (the compiler was killed), the empty library goes."""
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "locks").mkdir()
+    library = tmp_path / "ab" / "cabc.main.so"
+    library.write_bytes(b"")
+    lock = tmp_path / "locks" / "cabc.lock"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        from torch.utils._filelock import FileLock
+        with FileLock({str(lock)!r}):
+            print("held", flush=True)
+            sys.stdin.readline()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert compiled.drop_partial_files(tmp_path) == [] and library.exists()
+    finally:
+        holder.communicate("done\n", timeout=60)
+    assert compiled.drop_partial_files(tmp_path) == [library] and not library.exists()
 
 
 def test_a_failing_compile_is_retried_then_the_step_runs_eager(tiny_bert, tmp_path, monkeypatch, caplog):

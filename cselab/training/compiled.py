@@ -8,8 +8,10 @@ setting is operational.
 
 A job killed while inductor writes its cache can leave an empty file behind (a 0-byte ``.so``
 was seen): the next job loads it and every compiled step fails. Before compiling, a run removes
-such files; a compile that still fails is retried once in a fresh private cache, and a second
-failure leaves the run on its eager step with one warning (the numbers are the same).
+such files, except those another job is compiling at that moment (inductor holds a lock per
+library while g++ writes it, empty for a while; the cache is shared by a workflow's jobs); a
+compile that still fails is retried once in a fresh private cache, and a second failure leaves
+the run on its eager step with one warning (the numbers are the same).
 
 A workflow's training jobs compile into one cache in the workflow's folder (:func:`share_cache`):
 torch's default lives under the temporary folder, which a cluster's jobs rarely share (each node
@@ -61,14 +63,17 @@ def cache_dir() -> Path:
 
 def drop_partial_files(root: Path) -> list[Path]:
     """Remove the empty files of :data:`CACHE_SUFFIXES` under ``root`` (what a killed compile
-    leaves); returns them. Files another process removes meanwhile are skipped."""
+    leaves); returns them. A file another process is compiling right now is left alone: inductor
+    builds ``<key>*.so`` holding ``locks/<key>.lock``, and while g++ writes the library it may be
+    empty; a file whose lock is held is skipped, one whose lock is free is checked again under it.
+    Files another process removes meanwhile are skipped."""
     removed = []
     if not root.is_dir():
         return removed
     for path in root.rglob("*"):
         try:
-            if path.suffix in CACHE_SUFFIXES and path.is_file() and path.stat().st_size == 0:
-                path.unlink()
+            if path.suffix in CACHE_SUFFIXES and path.is_file() and path.stat().st_size == 0 \
+                    and _drop_if_idle(path, root):
                 removed.append(path)
         except OSError:
             continue
@@ -76,6 +81,30 @@ def drop_partial_files(root: Path) -> list[Path]:
         log.warning("removed %d empty file(s) from the compile cache %s (left by a job killed mid-compile)",
                     len(removed), root)
     return removed
+
+
+def _drop_if_idle(path: Path, root: Path) -> bool:
+    """Unlink the empty ``path`` unless the inductor lock of its key (its name up to the first
+    dot, in a ``locks/`` folder of the cache or of the file's own folders) is held by a compile in
+    progress; True when it was removed."""
+    from filelock import Timeout  # torch requires filelock; inductor locks with it
+    from torch.utils._filelock import FileLock
+
+    key = path.name.split(".", 1)[0]
+    locks = [d / "locks" / f"{key}.lock" for d in (root, path.parent, path.parent.parent)]
+    lock = next((p for p in locks if p.is_file()), None)
+    if lock is None:
+        path.unlink()
+        return True
+    try:
+        with FileLock(str(lock), timeout=0):
+            if path.stat().st_size != 0:  # the compile finished meanwhile
+                return False
+            path.unlink()
+            return True
+    except Timeout:
+        log.info("compile cache: %s is being compiled by another process; left alone", path.name)
+        return False
 
 
 def compile_failures() -> tuple[type[BaseException], ...]:
