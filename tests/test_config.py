@@ -108,6 +108,12 @@ def test_seeds_expand_ids(smoke):
      r"training\.keyed_dropout: true or chunk_size: null"),
     ({"experiments": {"simcse-minilm": {"training": {"chunk_size": 8, "keyed_dropout": False}}}},
      r"'experiments\.simcse-minilm\.training\.chunk_size': gradient caching replays dropout keyed by row"),
+    # found at planning, not after a cluster job has queued and started its processes
+    ({"training": {"batch_size": 8, "devices": 2, "accumulation_steps": 4}},
+     r"'training\.batch_size': a batch of 8 sentences cannot be split into 2 process\(es\) \(devices x nodes\) "
+     r"x 4 accumulation step\(s\)"),
+    ({"experiments": {"simcse-minilm": {"training": {"batch_size": 6, "nodes": 2, "devices": 2}}}},
+     r"'experiments\.simcse-minilm\.training\.batch_size': a batch of 6 sentences cannot be split into 4 "),
 ])
 def test_bad_values_name_the_key(smoke, patch, message):
     with pytest.raises(ConfigError, match=message):

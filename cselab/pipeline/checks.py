@@ -80,6 +80,12 @@ def check_training(training: dict, where: str) -> None:
     if training["chunk_size"] and not training["keyed_dropout"]:
         raise ConfigError(f"config key '{where}.chunk_size': gradient caching replays dropout keyed by row; "
                           f"set training.keyed_dropout: true or chunk_size: null")
+    processes = training["devices"] * training["nodes"]
+    if training["batch_size"] < 2 * processes * training["accumulation_steps"]:  # in-batch losses need 2 rows
+        raise ConfigError(f"config key '{where}.batch_size': a batch of {training['batch_size']} sentences cannot be "
+                          f"split into {processes} process(es) (devices x nodes) x {training['accumulation_steps']} "
+                          "accumulation step(s) of at least 2 sentences; raise it, or lower training.devices, "
+                          "training.nodes or training.accumulation_steps")
 
 
 def check_figure(cfg: dict, fname: str, fig: dict) -> None:
