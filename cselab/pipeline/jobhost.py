@@ -13,9 +13,10 @@ How a job runs through it (:func:`run_in_host`, called by :func:`cselab.pipeline
   object, job function, working folder, environment, umask and its standard streams (the file
   descriptors themselves, so the console and the log see what they saw before).
 - The host forks. The fork takes the client's streams, folder and environment, reseeds Python's
-  and numpy's random generators, and runs the job exactly as the client would have
-  (:func:`cselab.pipeline.jobs.run_here`); its exit status comes back to the client, which exits
-  with it (or dies of the same signal), so Snakemake sees what it would have seen.
+  and numpy's random generators, and runs the job exactly as the client would have (the runner
+  the client names: :func:`cselab.pipeline.jobs.run_here`); its exit status comes back to the
+  client, which exits with it (or dies of the same signal), so Snakemake sees what it would have
+  seen.
 - Signals sent to the client (Snakemake's terminate, the terminal's Ctrl-C, SLURM's) are passed
   on to the job; a client killed outright (SIGKILL) takes its job with it: the job watches the
   connection and kills itself when it closes.
@@ -127,9 +128,11 @@ def _root() -> Path:
 
 # -- the client: a rule job's own process ----------------------------------------------------------
 
-def run_in_host(smk, job: Callable) -> int | None:
-    """Run ``job(smk)`` as a fork of the invocation's host and return its exit status (negative:
-    the signal that ended it); ``None`` when there is no host to use (the caller runs the job)."""
+def run_in_host(smk, job: Callable, runner: Callable) -> int | None:
+    """Run ``runner(smk, job, started)`` as a fork of the invocation's host (``started``: when this
+    client's process started) and return its exit status (negative: the signal that ended it);
+    ``None`` when there is no host to use (the caller runs the job). ``job`` and ``runner`` go by
+    name (module-level functions): the fork imports them, most already imported by the host."""
     addr = os.environ.get(ADDRESS_ENV)
     if not addr or os.environ.get(IN_HOST_ENV) or os.environ.get(SWITCH_ENV, "1") == "0":
         return None
@@ -137,7 +140,7 @@ def run_in_host(smk, job: Callable) -> int | None:
     if conn is None:
         return None
     try:
-        _send_request(conn, smk, job)
+        _send_request(conn, smk, job, runner)
         reader = conn.makefile("rb")
         first = reader.readline()
     except OSError:
@@ -296,13 +299,22 @@ def _become_host(conn: socket.socket, addr: str, invocation_pid: int) -> int:
     return _serve_bound(listener, invocation_pid)
 
 
-def _send_request(conn: socket.socket, smk, job: Callable) -> None:
+def _send_request(conn: socket.socket, smk, job: Callable, runner: Callable) -> None:
     import psutil
 
-    request = {"job": f"{job.__module__}:{job.__qualname__}", "smk": smk, "cwd": os.getcwd(),
+    request = {"job": _name(job), "runner": _name(runner), "smk": smk, "cwd": os.getcwd(),
                "env": dict(os.environ), "umask": _umask(), "argv": list(sys.argv),
                "started": psutil.Process().create_time(), "torch": job.__name__ in TORCH_JOBS}
     send_request(conn, request, [0, 1, 2])
+
+
+def _name(fn: Callable) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def _named(name: str) -> Callable:
+    module, attr = name.split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def send_request(conn: socket.socket, request: dict, fds: list[int]) -> None:
@@ -476,13 +488,9 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict) -> int:
     atexit.register(gc.freeze)  # the job's own objects are not traversed at its exit either
     # (cselab.pipeline.config.skip_collection_at_exit: exit handlers still run, nothing unwritten)
     threading.Thread(target=_die_with_client, args=(conn,), daemon=True).start()
-    module, name = request["job"].split(":")
-    job = getattr(importlib.import_module(module), name)
-    from cselab.pipeline import jobs
-
-    jobs.PROCESS_START[0] = request["started"]
+    job, runner = _named(request["job"]), _named(request["runner"])
     try:
-        jobs.run_here(request["smk"], job)
+        runner(request["smk"], job, request["started"])
     except SystemExit as e:
         _say_status(conn, e.code)
         raise

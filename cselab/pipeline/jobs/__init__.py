@@ -142,18 +142,21 @@ def main(smk, job: Callable) -> None:
     os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
     from cselab.pipeline import jobhost
 
-    status = jobhost.run_in_host(smk, job)
+    status = jobhost.run_in_host(smk, job, run_here)
     if status is not None:
         jobhost.exit_like(status)
     run_here(smk, job)
 
 
-def run_here(smk, job: Callable) -> None:
+def run_here(smk, job: Callable, process_started: float | None = None) -> None:
     """Run ``job(smk)`` in this process: log to the rule's log file, clear user errors; the last
     line of the log says how long the job's process took, whether it imported torch and whether it
-    ran as a fork of the warm job host."""
+    ran as a fork of the warm job host (``process_started``: when the job's own process, the
+    host's client, started)."""
     from cselab.pipeline.jobhost import describe
 
+    if process_started is not None:
+        PROCESS_START[0] = process_started
     started = time.perf_counter()
     _CLOCK["start"] = process_seconds()  # interpreter, Snakemake's script preamble, the imports above
     handlers: list[logging.Handler] = [console_handler(smk)]
