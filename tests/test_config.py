@@ -109,15 +109,36 @@ def test_seeds_expand_ids(smoke):
     ({"experiments": {"simcse-minilm": {"training": {"chunk_size": 8, "keyed_dropout": False}}}},
      r"'experiments\.simcse-minilm\.training\.chunk_size': gradient caching replays dropout keyed by row"),
     # found at planning, not after a cluster job has queued and started its processes
+    # the shared section's batch, named at a training job that trains with it (an untrained one never does)
     ({"training": {"batch_size": 8, "devices": 2, "accumulation_steps": 4}},
-     r"'training\.batch_size': a batch of 8 sentences cannot be split into 2 process\(es\) \(devices x nodes\) "
-     r"x 4 accumulation step\(s\)"),
+     r"'experiments\.(?!untrained)[\w.-]+\.training\.batch_size': a batch of 8 sentences cannot be split into 2 "
+     r"process\(es\) \(devices x nodes\) x 4 accumulation step\(s\)"),
     ({"experiments": {"simcse-minilm": {"training": {"batch_size": 6, "nodes": 2, "devices": 2}}}},
      r"'experiments\.simcse-minilm\.training\.batch_size': a batch of 6 sentences cannot be split into 4 "),
 ])
 def test_bad_values_name_the_key(smoke, patch, message):
     with pytest.raises(ConfigError, match=message):
         cc.validate(deep_update(smoke, patch))
+
+
+def test_a_shared_batch_too_small_alone_is_no_error_where_every_job_trains_a_larger_one(smoke):
+    """The batch split is a training job's rule: the shared section alone, and untrained
+    experiments (which never train), are not held to it."""
+    cfg = deep_update(smoke, {"training": {"batch_size": 4, "devices": 4}})
+    for plm in cfg["plms"].values():  # every job trains 32 or what its own entry says (>= 8 in smoke)
+        plm.setdefault("training", {})["batch_size"] = 32
+    for stage in cfg.get("pretraining", {}).values():
+        stage.setdefault("training", {})["batch_size"] = 32
+    for sweep in cfg.get("sweeps", {}).values():
+        grid = sweep.get("grid", {})
+        if "training.batch_size" in grid:
+            grid["training.batch_size"] = [max(b, 8) for b in grid["training.batch_size"]]
+    cc.validate(cfg)
+    trained = next(n for n, e in cfg["experiments"].items() if e["method"] != "untrained")
+    cfg["experiments"][trained].setdefault("training", {})["batch_size"] = 6
+    with pytest.raises(ConfigError, match=r"'experiments\.[\w.-]+\.training\.batch_size': a batch of 6 sentences "
+                                          r"cannot be split into 4 process"):
+        cc.validate(cfg)
 
 
 def test_data_dir(smoke, tmp_path):

@@ -72,14 +72,17 @@ def check_export(cfg: dict) -> None:
                                   f"'experiments'; sweep:<name> for a sweep's winner)")
 
 
-def check_training(training: dict, where: str) -> None:
-    """Rules across a job's merged training settings."""
+def check_training(training: dict, where: str, trains: bool = True) -> None:
+    """Rules across a job's merged training settings; ``trains``: they are a training job's (not
+    the shared section alone, nor an untrained experiment's), whose batch must split."""
     if training["holdout"] and training["subsampling"] != "none":
         raise ConfigError(f"config key '{where}.holdout': a held-out split and subsampling "
                           f"({training['subsampling']}) cannot be combined")
     if training["chunk_size"] and not training["keyed_dropout"]:
         raise ConfigError(f"config key '{where}.chunk_size': gradient caching replays dropout keyed by row; "
                           f"set training.keyed_dropout: true or chunk_size: null")
+    if not trains:
+        return
     processes = training["devices"] * training["nodes"]
     if training["batch_size"] < 2 * processes * training["accumulation_steps"]:  # in-batch losses need 2 rows
         raise ConfigError(f"config key '{where}.batch_size': a batch of {training['batch_size']} sentences cannot be "

@@ -125,9 +125,10 @@ def validate(config: dict) -> dict:
     checks.check_export(cfg)
     checks.check_shared_corpora(cfg["evaluation"]["beir"])
     _check_figures(cfg)
-    checks.check_training(cfg["training"], "training")  # the shared settings first: named where they are written
-    for name in cfg["experiments"]:
-        checks.check_training(merge_experiment(cfg, name)["training"], f"experiments.{name}.training")
+    checks.check_training(cfg["training"], "training", trains=False)  # the shared settings first: named where
+    for name, exp in cfg["experiments"].items():  # they are written
+        checks.check_training(merge_experiment(cfg, name)["training"], f"experiments.{name}.training",
+                              trains=exp["method"] != UNTRAINED)
     for name, stage in cfg.get("pretraining", {}).items():
         checks.check_training({**cfg["training"], **stage.get("training", {})}, f"pretraining.{name}.training")
     sweeps.expand_sweeps(cfg)  # each grid point an experiment, after the experiments it changes are checked
