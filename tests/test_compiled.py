@@ -4,6 +4,7 @@ to the same numbers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,15 +61,9 @@ def test_empty_cache_files_are_removed_and_nothing_else(tmp_path, caplog):
     assert compiled.drop_partial_files(tmp_path / "missing") == []
 
 
-def test_an_empty_library_another_process_is_compiling_is_left_alone(tmp_path):
-    """Jobs share a workflow's compile cache: while one job's g++ writes ``<key>.main.so`` (empty
-    for a moment) under inductor's ``locks/<key>.lock``, another job's guard must not remove it;
-    once that lock is free (the compiler was killed), the empty library goes."""
-    (tmp_path / "ab").mkdir()
-    (tmp_path / "locks").mkdir()
-    library = tmp_path / "ab" / "cabc.main.so"
-    library.write_bytes(b"")
-    lock = tmp_path / "locks" / "cabc.lock"
+@contextlib.contextmanager
+def held_by_another_process(lock):
+    """``lock`` (an inductor lock file) held by another process until the block ends."""
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys
         from torch.utils._filelock import FileLock
@@ -78,10 +73,31 @@ def test_an_empty_library_another_process_is_compiling_is_left_alone(tmp_path):
     """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        assert compiled.drop_partial_files(tmp_path) == [] and library.exists()
+        yield
     finally:
         holder.communicate("done\n", timeout=60)
+
+
+def test_an_empty_library_another_process_is_compiling_is_left_alone(tmp_path):
+    """Jobs share a workflow's compile cache: while one job's g++ writes ``<key>.main.so`` (empty
+    for a moment) under inductor's ``locks/<key>.lock``, another job's guard must not remove it;
+    once that lock is free (the compiler was killed), the empty library goes. A file without a
+    lock of its own (the C++ wrapper's ``<key2>.optimized.o``, built under the lock of the
+    ``<key>.main.cpp`` beside it) is held by the locks of its folder's keys."""
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "locks").mkdir()
+    lock = tmp_path / "locks" / "cabc.lock"
+    library = tmp_path / "ab" / "cabc.main.so"
+    library.write_bytes(b"")
+    with held_by_another_process(lock):
+        assert compiled.drop_partial_files(tmp_path) == [] and library.exists()
     assert compiled.drop_partial_files(tmp_path) == [library] and not library.exists()
+    partner = tmp_path / "ab" / "cdef.optimized.o"
+    partner.write_bytes(b"")
+    (tmp_path / "ab" / "cabc.main.cpp").write_text("// source")
+    with held_by_another_process(lock):
+        assert compiled.drop_partial_files(tmp_path) == [] and partner.exists()
+    assert compiled.drop_partial_files(tmp_path) == [partner] and not partner.exists()
 
 
 def test_a_failing_compile_is_retried_then_the_step_runs_eager(tiny_bert, tmp_path, monkeypatch, caplog):

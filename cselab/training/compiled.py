@@ -84,20 +84,22 @@ def drop_partial_files(root: Path) -> list[Path]:
 
 
 def _drop_if_idle(path: Path, root: Path) -> bool:
-    """Unlink the empty ``path`` unless the inductor lock of its key (its name up to the first
-    dot, in a ``locks/`` folder of the cache or of the file's own folders) is held by a compile in
-    progress; True when it was removed."""
+    """Unlink the empty ``path`` unless a compile in progress holds the inductor lock of its key
+    (its name up to the first dot, in a ``locks/`` folder of the cache or of the file's own
+    folders) or, for a file without a lock of its own, of a key beside it (inductor's C++ wrapper
+    links ``<key2>.optimized.o`` under the lock of ``<key>.main.cpp``); True when it was removed."""
+    import contextlib
+
     from filelock import Timeout  # torch requires filelock; inductor locks with it
     from torch.utils._filelock import FileLock
 
-    key = path.name.split(".", 1)[0]
-    locks = [d / "locks" / f"{key}.lock" for d in (root, path.parent, path.parent.parent)]
-    lock = next((p for p in locks if p.is_file()), None)
-    if lock is None:
-        path.unlink()
-        return True
+    locks = _locks_of([path.name.split(".", 1)[0]], path, root)
+    if not locks:
+        locks = _locks_of(sorted({p.name.split(".", 1)[0] for p in path.parent.iterdir()}), path, root)
     try:
-        with FileLock(str(lock), timeout=0):
+        with contextlib.ExitStack() as held:
+            for lock in locks:
+                held.enter_context(FileLock(str(lock), timeout=0))
             if path.stat().st_size != 0:  # the compile finished meanwhile
                 return False
             path.unlink()
@@ -105,6 +107,12 @@ def _drop_if_idle(path: Path, root: Path) -> bool:
     except Timeout:
         log.info("compile cache: %s is being compiled by another process; left alone", path.name)
         return False
+
+
+def _locks_of(keys: list[str], path: Path, root: Path) -> list[Path]:
+    """The inductor lock files that exist for ``keys``."""
+    folders = dict.fromkeys((root / "locks", path.parent / "locks", path.parent.parent / "locks"))
+    return [folder / f"{key}.lock" for key in keys for folder in folders if (folder / f"{key}.lock").is_file()]
 
 
 def compile_failures() -> tuple[type[BaseException], ...]:
