@@ -231,6 +231,19 @@ class Progress:
         return f"{done:,} of {self.total:,} {self.unit} ({100 * done / self.total:.0f}%), {speed}, {tail}"
 
 
+def function_name(fn: Callable) -> str:
+    """``module:qualname`` of a module-level function: what :func:`named_function` resolves."""
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def named_function(name: str) -> Callable:
+    """The function a ``module:name`` string names (the module imported if it is not yet)."""
+    import importlib
+
+    module, attr = name.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def clock(seconds: float | None) -> str:
     """``h:mm:ss`` (``m:ss`` under an hour; ``?`` unknown)."""
     if seconds is None:

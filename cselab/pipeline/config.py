@@ -125,8 +125,9 @@ def validate(config: dict) -> dict:
     checks.check_export(cfg)
     checks.check_shared_corpora(cfg["evaluation"]["beir"])
     _check_figures(cfg)
-    checks.check_training(cfg["training"], "training", trains=False)  # the shared settings first: named where
-    for name, exp in cfg["experiments"].items():  # they are written
+    # the shared settings first: their problems named where they are written
+    checks.check_training(cfg["training"], "training", trains=False)
+    for name, exp in cfg["experiments"].items():
         checks.check_training(merge_experiment(cfg, name)["training"], f"experiments.{name}.training",
                               trains=exp["method"] != UNTRAINED)
     for name, stage in cfg.get("pretraining", {}).items():

@@ -59,6 +59,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from cselab.io import function_name, named_function
+
 #: set by the invocation (:func:`cselab.pipeline.invocation.set_up`) for its jobs: the host's address
 ADDRESS_ENV = "CSELAB_JOB_HOST_ADDRESS"
 #: the invocation's process, which the host outlives by no more than its running jobs
@@ -302,19 +304,10 @@ def _become_host(conn: socket.socket, addr: str, invocation_pid: int) -> int:
 def _send_request(conn: socket.socket, smk, job: Callable, runner: Callable) -> None:
     import psutil
 
-    request = {"job": _name(job), "runner": _name(runner), "smk": smk, "cwd": os.getcwd(),
+    request = {"job": function_name(job), "runner": function_name(runner), "smk": smk, "cwd": os.getcwd(),
                "env": dict(os.environ), "umask": _umask(), "argv": list(sys.argv),
                "started": psutil.Process().create_time(), "torch": job.__name__ in TORCH_JOBS}
     send_request(conn, request, [0, 1, 2])
-
-
-def _name(fn: Callable) -> str:
-    return f"{fn.__module__}:{fn.__qualname__}"
-
-
-def _named(name: str) -> Callable:
-    module, attr = name.split(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def send_request(conn: socket.socket, request: dict, fds: list[int]) -> None:
@@ -488,7 +481,7 @@ def _become_job(conn: socket.socket, fds: list[int], request: dict) -> int:
     atexit.register(gc.freeze)  # the job's own objects are not traversed at its exit either
     # (cselab.pipeline.config.skip_collection_at_exit: exit handlers still run, nothing unwritten)
     threading.Thread(target=_die_with_client, args=(conn,), daemon=True).start()
-    job, runner = _named(request["job"]), _named(request["runner"])
+    job, runner = named_function(request["job"]), named_function(request["runner"])
     try:
         runner(request["smk"], job, request["started"])
     except SystemExit as e:

@@ -139,8 +139,8 @@ def name_points(cfg: dict) -> None:
     named = {name: sweep for name, sweep in (cfg.get("sweeps") or {}).items() if sweep.get("names")}
     if not named:
         return
-    checks.check_training(cfg["training"], "training", trains=False)  # the shared settings' problems named where
-    # they are written
+    # the shared settings' problems named where they are written
+    checks.check_training(cfg["training"], "training", trains=False)
     defined = {n: _comparable(cfg, n) for n, e in cfg["experiments"].items() if e["method"] != UNTRAINED}
     for name, sweep in named.items():
         if "base" in sweep and sweep["base"] in cfg["experiments"]:  # its own problems named as its own

@@ -96,9 +96,9 @@ class Training:
     devices: int = setting(1, **POSITIVE,
                            doc="processes (GPUs) per node for one training job: torchrun workers, "
                                "DistributedDataParallel, in-batch negatives gathered from all of them; the global "
-                               "batch_size is split across them (at least 2 sentences a process and micro-batch, checked when the "
-                               "config is read); operational: changes no experiment id and retrains "
-                               "nothing (the rule asks SLURM for devices x nodes GPUs)")
+                               "batch_size is split across them (at least 2 sentences a process and micro-batch, "
+                               "checked when the config is read); operational: changes no experiment id and "
+                               "retrains nothing (the rule asks SLURM for devices x nodes GPUs)")
     nodes: int = setting(1, **POSITIVE, doc="nodes for one training job (inside a SLURM allocation: srun starts one "
                                             "torchrun agent per node); operational")
     batchnorm_stats: Literal["global", "per_process"] = setting(

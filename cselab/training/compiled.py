@@ -22,6 +22,7 @@ reused: a tiny compiled CPU training took 53-60 s in a new cache and 16 s in a u
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -88,8 +89,6 @@ def _drop_if_idle(path: Path, root: Path) -> bool:
     (its name up to the first dot, in a ``locks/`` folder of the cache or of the file's own
     folders) or, for a file without a lock of its own, of a key beside it (inductor's C++ wrapper
     links ``<key2>.optimized.o`` under the lock of ``<key>.main.cpp``); True when it was removed."""
-    import contextlib
-
     from filelock import Timeout  # torch requires filelock; inductor locks with it
     from torch.utils._filelock import FileLock
 

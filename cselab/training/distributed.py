@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from cselab.errors import CselabError
-from cselab.io import quiet_third_party_loggers
+from cselab.io import named_function, quiet_third_party_loggers
 from cselab.training.preemption import REQUEUE_EXIT, Preempted, ignoring_warning_signal
 
 log = logging.getLogger(__name__)
@@ -317,10 +317,7 @@ def launch(entry: str, payload: dict, devices: int, nodes: int = 1, workdir: Pat
 
 
 def _resolve(entry: str) -> Callable[[dict], Any]:
-    import importlib
-
-    module, name = entry.split(":")
-    return getattr(importlib.import_module(module), name)
+    return named_function(entry)
 
 
 def _free_port() -> int:
