@@ -57,10 +57,12 @@ def sleep(smk) -> None:
 
 
 def train(smk) -> None:
-    """Named as the training job is (the host holds torch for it, where it may): imports torch."""
+    """Named as the training job is (the host holds torch for it, where it may): imports torch, and
+    says whether transformers' conversion rules were built before it loads a model."""
     import torch  # noqa: F401
 
-    _report(smk)
+    conversion = sys.modules.get("transformers.conversion_mapping")
+    _report(smk, conversion_rules_built=getattr(conversion, "_checkpoint_conversion_mapping_cache", None) is not None)
 
 
 def nap(smk) -> None:

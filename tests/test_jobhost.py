@@ -165,7 +165,9 @@ def test_the_host_holds_torch_for_model_jobs_except_where_a_gpu_is_visible(tmp_p
         _, err = client.communicate(timeout=300)
         assert client.returncode == 0, err
         held = "torch held by the host" if torch_in_host == "1" else "torch imported"
-        assert report(tmp_path)["ran"] == f"{held}; a fork of the warm job host"
+        seen = report(tmp_path)
+        assert seen["ran"] == f"{held}; a fork of the warm job host"
+        assert seen["conversion_rules_built"] == (torch_in_host == "1")  # the host built them once
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -266,3 +268,30 @@ def test_a_host_forked_from_a_template_serves_like_a_started_one(tmp_path):
     host.wait(timeout=15)  # the invocation has ended: so does its host
     template.terminate()
     template.wait(timeout=30)
+
+
+#: what a hosted job's client must not import before it hands the job to the host: each is the
+#: host's to hold (``jobhost.LIGHT``, ``TORCH``), and pandas alone cost a train client 0.45 s
+HEAVY = ("torch", "transformers", "mlflow", "pandas", "scipy", "sklearn", "matplotlib", "sqlalchemy")
+
+
+def test_a_rule_scripts_client_imports_nothing_the_host_holds():
+    """Each ``workflow_scripts/`` script's imports (all its client runs before it hands the job to
+    the host), in one fresh interpreter, script after script: the first that imports a heavy
+    module is named."""
+    code = f"""
+import ast, sys
+from pathlib import Path
+scripts = Path({str(ROOT / "workflow_scripts")!r})
+sys.path.insert(0, str(scripts))
+for path in sorted(scripts.glob("*.py")):
+    tree = ast.parse(path.read_text())
+    exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], []), str(path), "exec"), {{}})
+    heavy = [m for m in {HEAVY!r} if m in sys.modules]
+    if heavy:
+        sys.exit(f"{{path.name}} imports {{heavy}}")
+print("light")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "light", proc.stderr[-2000:]

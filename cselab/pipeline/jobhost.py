@@ -439,7 +439,19 @@ def _preload(modules: tuple[str, ...]) -> None:
     for name in modules:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    if "transformers" in modules:
+        _warm_model_loading()
     gc.freeze()
+
+
+def _warm_model_loading() -> None:
+    """Build what transformers builds on a process's first model load, its checkpoint conversion
+    rules (0.11 s a model job), once in the host before it forks jobs; nothing where this version
+    of transformers has no such cache."""
+    with contextlib.suppress(Exception):
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        get_checkpoint_conversion_mapping("bert")
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:

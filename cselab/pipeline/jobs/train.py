@@ -12,8 +12,6 @@ import math
 from functools import lru_cache, partial
 from pathlib import Path
 
-import pandas as pd
-
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.pipeline.jobs import operations, run, senteval_root, time_breakdown
@@ -181,6 +179,8 @@ def pretrain(smk) -> None:
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec.name, "spec": spec.to_dict(), "steps": result.steps})
         write_json(smk.output.summary, {"stage": spec.id, **_summary(result, r, scored=False)})
+        import pandas as pd
+
         from cselab.reporting.figures import figure_loss_terms
 
         figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec.id}: loss terms")
