@@ -19,6 +19,7 @@ from tests.helpers import LoopbackServer, make_tiny_bert  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage events from the tests' runs and servers
 
 
 #: the files that run whole workflows (real snakemake, training, clusters), longest first: with
