@@ -1,4 +1,12 @@
 import os
+import sys
+
+# The suite's Python processes (Snakemake invocations, rule scripts' clients, torchrun workers,
+# cluster jobs, the tests' own) import the checkout's modules: they cache its bytecode (in the
+# checkout's ignored __pycache__ folders) even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE), instead of each compiling what it imports again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Parallel workers (`-n 2`) each get their share of the cores for torch's intra-op threads, set
 # before anything imports torch: two workers that each spin OpenMP threads on every core slow
