@@ -285,8 +285,8 @@ from pathlib import Path
 scripts = Path({str(ROOT / "workflow_scripts")!r})
 sys.path.insert(0, str(scripts))
 for path in sorted(scripts.glob("*.py")):
-    tree = ast.parse(path.read_text())
-    exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], []), str(path), "exec"), {{}})
+    imports = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    exec(compile(ast.Module(imports, []), str(path), "exec"), {{}})
     heavy = [m for m in {HEAVY!r} if m in sys.modules]
     if heavy:
         sys.exit(f"{{path.name}} imports {{heavy}}")
