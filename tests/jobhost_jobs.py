@@ -61,8 +61,8 @@ def train(smk) -> None:
     says whether transformers' conversion rules were built before it loads a model."""
     import torch  # noqa: F401
 
-    conversion = sys.modules.get("transformers.conversion_mapping")
-    _report(smk, conversion_rules_built=getattr(conversion, "_checkpoint_conversion_mapping_cache", None) is not None)
+    rules = getattr(sys.modules.get("transformers.conversion_mapping"), "_checkpoint_conversion_mapping_cache", None)
+    _report(smk, conversion_rules_built=rules is not None)
 
 
 def nap(smk) -> None:

@@ -14,7 +14,6 @@ the optimizer not its parameters), and a rerun resumes and finishes the table.
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -140,16 +139,13 @@ class Toy(MethodConfig):
 @pytest.fixture
 def checkout(tmp_path_factory):
     """A private copy of the checkout with the toy method and the toy figure kind dropped in, and a
-    job host template of its own code under this worker's template name (the worker's serves
-    only this checkout's invocations): the test's three invocations that run jobs fork their
-    hosts from it instead of each importing torch and MLflow again."""
+    job host template of its code under this worker's template name (a template serves only the
+    invocations of the checkout it imported: the worker's, the repository's): the test's three
+    invocations that run jobs fork their hosts from it instead of each importing torch and MLflow."""
     root = private_checkout(tmp_path_factory.mktemp("checkout"))
     (root / METHODS_DIR / MODULE).write_text(TOY)
     (root / FIGURES_DIR / FIGURE_MODULE).write_text(TOY_FIGURE)
-    code = (f"import sys; sys.path.insert(0, {str(root)!r}); from cselab.pipeline.jobhost import serve_template; "
-            f"sys.exit(serve_template({os.environ[jobhost.TEMPLATE_ENV]!r}, {os.getpid()}))")
-    template = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
+    template = jobhost.start_template(os.environ[jobhost.TEMPLATE_ENV], root)
     yield root
     template.terminate()
     template.wait(timeout=30)

@@ -244,10 +244,12 @@ def _host_from_template(addr: str) -> bool:
         conn.close()
 
 
-def start_template(name: str) -> subprocess.Popen:
-    """Start the host template ``name`` (:func:`serve_template`) for this process's lifetime; its
-    invocations find it through ``CSELAB_JOB_HOST_TEMPLATE=name`` in their environment."""
-    code = (f"import sys; sys.path.insert(0, {str(_root())!r}); from cselab.pipeline.jobhost import serve_template; "
+def start_template(name: str, root: str | Path | None = None) -> subprocess.Popen:
+    """Start the host template ``name`` (:func:`serve_template`) of the code at ``root`` (this
+    checkout by default) for this process's lifetime; its invocations find it through
+    ``CSELAB_JOB_HOST_TEMPLATE=name`` in their environment."""
+    code = (f"import sys; sys.path.insert(0, {str(root or _root())!r}); "
+            f"from cselab.pipeline.jobhost import serve_template; "
             f"sys.exit(serve_template({name!r}, {os.getpid()}))")
     return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, cwd="/")
