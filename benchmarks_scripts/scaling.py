@@ -16,8 +16,10 @@ embedding all-gathers (views x global batch x hidden x 4 bytes).
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from transformers import AutoTokenizer
 
     work = Path(tempfile.mkdtemp(prefix="cselab-scaling-"))
+    atexit.register(shutil.rmtree, work, True)  # its models, corpora and runs: gone with the process
     if args.size:
         from train_speed import build_model
 

@@ -301,11 +301,17 @@ def recording_gradients(kwargs: dict):
     return result
 
 
-def test_scaling_benchmark_runs_on_cpu_processes(tmp_path):
-    """benchmarks_scripts/scaling.py stays runnable without GPUs (gloo processes on the CPU)."""
+def test_scaling_benchmark_runs_on_cpu_processes(tmp_path, monkeypatch):
+    """benchmarks_scripts/scaling.py stays runnable without GPUs (gloo processes on the CPU). The
+    2-process launch leaves nothing in the temporary folder (torchrun's error files are in the
+    launch's own folder, removed when it ends); the benchmark's work folder goes at exit."""
+    import tempfile
+
     sys.path.insert(0, str(ROOT / "benchmarks_scripts"))
     import scaling
 
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     corpus = make_corpus(tmp_path / "corpus.txt", 64)
     rows = scaling.main(["--corpus", str(corpus), "--size", "tiny", "--devices", "1,2", "--steps", "3",
                          "--per-device-batch", "8", "--threads", "2", "--out", str(tmp_path / "scaling.csv")])
@@ -313,6 +319,8 @@ def test_scaling_benchmark_runs_on_cpu_processes(tmp_path):
     assert all(r["sentences_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
     assert rows[0]["allreduce_mb"] == 0 and rows[1]["allreduce_mb"] > 4 * rows[1]["params"] / 1e6 * 0.99
     assert (tmp_path / "scaling.csv").read_text().startswith("processes,")
+    (work,) = (tmp_path / "tmp").iterdir()  # and no torchelastic_* folder beside it
+    assert work.name.startswith("cselab-scaling-") and not (work / "launch-2").exists()
 
 
 def test_workflow_trains_one_experiment_on_two_processes(tmp_path_factory, tmp_path):

@@ -329,10 +329,14 @@ def _free_port() -> int:
 def _agent(job_file: Path, devices: int, nnodes: int, endpoint: str, run_id: str = "cselab") -> None:
     """One node's torchrun agent: start ``devices`` workers, wait, stop them all if one fails."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # the workers' error files in the launch's own folder (removed with it), not a new folder in /tmp
+    logs = DefaultLogsSpecs(log_dir=str(Path(job_file).parent / "elastic"))
     config = LaunchConfig(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=devices, run_id=run_id,
-                          rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=0, monitor_interval=0.5)
+                          rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=0, monitor_interval=0.5,
+                          logs_specs=logs)
     package_root = str(Path(__file__).resolve().parents[2])  # cselab importable even when not installed
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if package_root not in paths:
