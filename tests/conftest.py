@@ -51,6 +51,22 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: the rest keep their order
 
 
+_FROZEN_AT: list = [None]  # the module whose first test last froze the worker's objects
+
+
+def pytest_runtest_setup(item):
+    """Each test module's first test freezes what the worker holds (``gc.freeze``): its imports
+    (torch, transformers, Snakemake, MLflow: millions of objects) and what earlier modules kept are
+    then no longer traversed by every full collection. Six unit files, one process: 13.9 -> 6.3
+    CPU seconds in the collector. Objects still alive are only moved out of the collector's sight;
+    reference counting frees them as before."""
+    import gc
+
+    if item.module is not _FROZEN_AT[0]:
+        _FROZEN_AT[0] = item.module
+        gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _job_host_template():
     """One host template per test process (cselab.pipeline.jobhost.serve_template): the many
