@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--outage", type=float, default=60.0, help="seconds the MLflow server stays down")
     ap.add_argument("--out", type=Path, default=Path("results/benchmarks/faults.md"))
     args = ap.parse_args(argv)
-    table = Path(tempfile.mkdtemp(prefix="cselab-faults-")) / "faults.jsonl"
+    from cselab.io import process_folder
+
+    table = process_folder("cselab-faults-") / "faults.jsonl"  # read into --out below
     env = {**os.environ, "CSELAB_FAULT_TABLE": str(table), "CSELAB_FAULT_OUTAGE_S": str(args.outage)}
     tic = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-q", "tests/test_faults.py"], cwd=ROOT, env=env)

@@ -29,7 +29,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -160,7 +159,9 @@ def main() -> None:
     if not args.corpus:
         ap.error("--corpus is required")
 
-    tmp = Path(tempfile.mkdtemp())
+    from cselab.io import process_folder
+
+    tmp = process_folder("cselab-memory-")  # its model and corpus: gone with the process
     model = build_model(tmp / "model", args.size, None)
     batches = [int(b) for b in args.batches.split(",")]
     lines = [ln for ln in Path(args.corpus).read_text(encoding="utf-8").splitlines() if ln.strip()]

@@ -16,12 +16,9 @@ embedding all-gathers (views x global batch x hidden x 4 bytes).
 from __future__ import annotations
 
 import argparse
-import atexit
 import csv
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -59,14 +56,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import torch
     from transformers import AutoConfig
 
-    from cselab.training import distributed
+    from cselab.io import process_folder
     from cselab.models.checkpoints import resolve_model
+    from cselab.training import distributed
     from scaling import no_dev  # by module name, so the worker processes can unpickle it
     from throughput import spec_for
     from transformers import AutoTokenizer
 
-    work = Path(tempfile.mkdtemp(prefix="cselab-scaling-"))
-    atexit.register(shutil.rmtree, work, True)  # its models, corpora and runs: gone with the process
+    work = process_folder("cselab-scaling-")  # its models, corpora and runs: gone with the process
     if args.size:
         from train_speed import build_model
 

@@ -23,14 +23,11 @@ the full model's FLOPs per real token, whatever the forward skips.
 from __future__ import annotations
 
 import argparse
-import atexit
 import csv
 import math
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -240,13 +237,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     import torch
     from transformers import AutoConfig
 
+    from cselab.io import process_folder
     from cselab.models.checkpoints import resolve_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    work = Path(tempfile.mkdtemp(prefix="cselab-bench-"))
-    atexit.register(shutil.rmtree, work, True)  # its models, corpora and runs: gone with the process
+    work = process_folder("cselab-bench-")  # its models, corpora and runs: gone with the process
     if args.size:
         from train_speed import build_model
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -96,9 +95,10 @@ def main() -> None:
 
     import torch
 
+    from cselab.io import process_folder
     from cselab.training.loop import train
 
-    tmp = Path(tempfile.mkdtemp())
+    tmp = process_folder("cselab-train-speed-")  # its model and corpus: gone with the process
     model = build_model(tmp / "model", args.size, args.tokenizer)
     lines = [ln for ln in Path(args.corpus).read_text(encoding="utf-8").splitlines() if ln.strip()]
     corpus = tmp / "corpus.txt"

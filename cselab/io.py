@@ -3,12 +3,14 @@ renamed into place, so an interrupted job never leaves a half-written output beh
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -89,6 +91,14 @@ def link_or_copy(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def process_folder(prefix: str) -> Path:
+    """A new folder in the temporary folder for this process's scratch files, removed when the
+    process exits (its children started afresh or with ``multiprocessing`` leave it alone)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def _remove(path: Path) -> None:

@@ -22,15 +22,14 @@ reused: a tiny compiled CPU training took 53-60 s in a new cache and 16 s in a u
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from cselab.io import process_folder
 
 log = logging.getLogger("cselab")
 
@@ -135,8 +134,7 @@ def fresh_cache() -> Path:
     compiled, and return the folder: the retry after a failed compile."""
     import torch._dynamo
 
-    folder = Path(tempfile.mkdtemp(prefix="cselab-inductor-"))
-    atexit.register(shutil.rmtree, folder, True)  # this process's own: gone with it
+    folder = process_folder("cselab-inductor-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
     torch._dynamo.reset()

@@ -328,8 +328,8 @@ def _free_port() -> int:
 
 def _agent(job_file: Path, devices: int, nnodes: int, endpoint: str, run_id: str = "cselab") -> None:
     """One node's torchrun agent: start ``devices`` workers, wait, stop them all if one fails."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     # the workers' error files in the launch's own folder (removed with it), not a new folder in /tmp
