@@ -7,16 +7,15 @@ import copy
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
+from cselab.io import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @lru_cache(maxsize=1)
 def _defaults() -> dict:
-    """config.yaml's training section, read once per process (the pure-Python YAML parser takes
-    about 0.3 s for the whole file; the acceptance command builds 47 specs)."""
-    return yaml.safe_load((ROOT / "config.yaml").read_text())["training"]
+    """config.yaml's training section, read once per process (the acceptance command builds 47 specs)."""
+    return load_yaml((ROOT / "config.yaml").read_text())["training"]
 
 
 def training(**overrides) -> dict:

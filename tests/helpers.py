@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import http.server
 import os
 import random
@@ -9,6 +11,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 from cselab.data.senteval import STS_SUBSETS
 
@@ -16,12 +19,30 @@ from cselab.data.senteval import STS_SUBSETS
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's values (:func:`cselab.io.load_yaml`, what ``yaml.safe_load`` gives). The
+    checkout's own files (config.yaml: 60 kB, read by hundreds of tests) are parsed once a process
+    and each call gets its own copy to change; any other file is read afresh."""
+    from cselab.io import load_yaml
+
+    path = Path(path).resolve()
+    if ROOT not in path.parents:
+        return load_yaml(path.read_text())
+    stat = path.stat()
+    return copy.deepcopy(_checkout_yaml(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _checkout_yaml(path: Path, mtime_ns: int, size: int) -> Any:
+    from cselab.io import load_yaml
+
+    return load_yaml(path.read_text())
+
+
 def training_defaults(**overrides) -> dict:
     """config.yaml's ``training`` section (where each default is stated, once) with ``overrides``:
     the settings a spec built by hand for :func:`cselab.training.loop.train` holds."""
-    import yaml
-
-    return {**yaml.safe_load((ROOT / "config.yaml").read_text())["training"], **overrides}
+    return {**read_yaml(ROOT / "config.yaml")["training"], **overrides}
 
 
 #: names a folder with the stand-in data (``senteval/``, ``wiki1m_head.txt``) anywhere

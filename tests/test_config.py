@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cselab.pipeline import config as cc
 from cselab.pipeline import targets as ct
 from cselab.errors import ConfigError
 from cselab.training.objective import Method
-from tests.helpers import find_shared_data
+from tests.helpers import find_shared_data, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,12 +27,12 @@ def deep_update(base: dict, extra: dict) -> dict:
 
 @pytest.fixture
 def default():
-    return yaml.safe_load((ROOT / "config.yaml").read_text())
+    return read_yaml(ROOT / "config.yaml")
 
 
 @pytest.fixture
 def smoke(default):
-    return deep_update(default, yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()))
+    return deep_update(default, read_yaml(ROOT / "configs" / "smoke.yaml"))
 
 
 def test_shipped_configs_are_valid(default, smoke):
@@ -426,3 +425,20 @@ def test_collect_less_while_planning_freezes_and_still_collects_cycles(tmp_path)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "True\n"
+
+
+def test_libyaml_reads_every_yaml_file_as_safe_load_does(default):
+    """cselab.io.load_yaml (libyaml's parser) against PyYAML's own ``safe_load`` on every YAML file
+    of the checkout (config, profiles, envs, the papers' published numbers); the tests' cached
+    reader hands out copies."""
+    import yaml
+
+    from cselab.io import load_yaml
+
+    files = [p for folder in ("", "configs", "profiles", "envs", "cselab", "report", ".ci")
+             for p in sorted((ROOT / folder).glob("*.yaml" if not folder else "**/*.y*ml"))]
+    assert len(files) >= 10 and ROOT / "config.yaml" in files
+    for path in files:
+        assert load_yaml(path.read_text()) == yaml.safe_load(path.read_text()), path
+    default["training"]["lr"] = "changed by this test"
+    assert read_yaml(ROOT / "config.yaml") == yaml.safe_load((ROOT / "config.yaml").read_text())

@@ -11,13 +11,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cselab.errors import ConfigError, CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import cost, jobhost
 from cselab.reporting import cost as rc
 from cselab.settings import to_plain, training_settings, typed_config
+from tests.helpers import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -35,7 +35,7 @@ def merged(*files: str) -> dict:
 
     out: dict = {}
     for f in ("config.yaml", *files):
-        merge(out, yaml.safe_load((ROOT / f).read_text()))
+        merge(out, read_yaml(ROOT / f))
     return out
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import read_yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 #: a rule, or a rule generated in a loop (``rule:`` + ``name:``; keyed by its name expression)
 RULE = re.compile(r"^ *rule ?(\w*):\n(.*?)(?=^ *rule[ :]|\Z)", re.S | re.M)
@@ -43,7 +45,7 @@ def test_every_script_rule_names_an_existing_env():
 
 @pytest.mark.parametrize("env", sorted(p.name for p in (ROOT / "envs").glob("*.yaml")))
 def test_env_pins_match_constraints(env):
-    spec = yaml.safe_load((ROOT / "envs" / env).read_text())
+    spec = read_yaml(ROOT / "envs" / env)
     pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict) and "pip" in d)
     pins = constraints()
     assert pip, env

@@ -18,6 +18,7 @@ from cselab.pipeline.config import load_plugins, load_schema, validate
 from cselab.reporting.kinds import READS, table_kinds
 from cselab.reporting.power import METRICS
 from cselab.reporting.tables import EXTRA_COLUMNS
+from tests.helpers import read_yaml
 from tests.test_cost_plan import merged
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +171,7 @@ def test_a_plugin_kind_runs_its_job_through_snakemake(tmp_path, tiny_bert):
     make_corpus(tmp_path / "data" / "corpus.txt", 50)
     (tmp_path / "tiny-bert").symlink_to(tiny_bert)
     write_config(tmp_path)
-    config = yaml.safe_load((tmp_path / "test.yaml").read_text())
+    config = read_yaml(tmp_path / "test.yaml")
     config["plugins"] = ["token_count.py"]
     config["evaluation"]["token_count"] = {"unit": "char"}
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(config))

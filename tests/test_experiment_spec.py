@@ -4,17 +4,16 @@ the same dict back (a training job's params and checkpoints' fingerprint), and r
 import json
 
 import pytest
-import yaml
 
 from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
 from cselab.settings.spec import Component, ExperimentSpec
-from tests.helpers import ROOT
+from tests.helpers import ROOT, read_yaml
 
 
 @pytest.fixture(scope="module")
 def cfg():
-    return cc.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    return cc.validate(read_yaml(ROOT / "config.yaml"))
 
 
 def same(a: dict, b: dict) -> bool:

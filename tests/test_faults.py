@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.built import PREPARED_DATA, built_once, copy_built, prepared_project
-from tests.helpers import clean_console, make_workflow_data
+from tests.helpers import clean_console, make_workflow_data, read_yaml
 from tests import smk_forks
 from tests.test_workflow import ROOT
 
@@ -442,7 +442,7 @@ def test_replaced_corpus_source_stops_planning_until_told(reference, tmp_path):
     """The corpus source (used in place) replaced by another: every plan stops naming it until
     the user forces prepare_corpus, which then replans exactly the trainings that read it."""
     project = copy_of(reference, tmp_path)
-    named = yaml.safe_load((project / "test.yaml").read_text())["data"]["corpus"]["path"]  # the copy's own
+    named = read_yaml(project / "test.yaml")["data"]["corpus"]["path"]  # the copy's own
     source = project / named
     source.write_bytes(source.read_bytes() + b"one more sentence for the corpus .\n")
     dry = run_smk(project, "-n", "results/table1.csv")

@@ -10,7 +10,7 @@ from cselab.training import mlm
 from cselab.models.encoder import load_encoder
 from cselab.training.objective import build_objective
 from cselab.training.methods.infocse import AUX_CONFIG, AUX_FILE, InfoCSEMLM
-from tests.helpers import training_defaults
+from tests.helpers import read_yaml, training_defaults
 
 SENTENCES = ["a man plays a guitar on the street .", "the dog runs fast in the park .",
              "it rains all day in the city .", "two women are talking about the weather ."]
@@ -308,14 +308,12 @@ def test_load_head_applies_the_saved_training_head_in_eval_mode(tmp_path):
 def test_a_pooler_table_needs_trained_experiments():
     from pathlib import Path
 
-    import yaml
-
     from cselab.pipeline import config as cc
     from cselab.pipeline import targets as ct
     from tests.test_config import deep_update
 
     root = Path(__file__).resolve().parents[1]
-    cfg = yaml.safe_load((root / "config.yaml").read_text())
+    cfg = read_yaml(root / "config.yaml")
     bad = deep_update(cfg, {"tables": {"infocse_table9": {"experiments": ["untrained-bert-base"]}}})
     with pytest.raises(ConfigError, match=r"'tables\.infocse_table9\.experiments\[0\]': 'untrained-bert-base' is "
                                           r"untrained; a pooler table needs training runs"):
@@ -328,13 +326,12 @@ def test_a_pooler_table_needs_trained_experiments():
 def test_the_former_option_name_is_the_same_experiment():
     """One name per concept (mask_ratio, as DiffCSE's): InfoCSE's former mask_rate is an alias
     that gives the same spec, so the same experiment, nothing retrained."""
-    import yaml
     from pathlib import Path
 
     from cselab.pipeline import config as cc
     from tests.test_config import deep_update
 
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    cfg = read_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
     old = deep_update(cfg, {"experiments": {"info-mask20-bert-base": {  # written by hand beside its sweep point
         "plm": "bert-base", "method": "infocse", "auxiliaries": {"infocse_mlm": {"options": {"mask_rate": 0.2}}}}}})
     old["experiments"]["info-mask20-bert-base"]["auxiliaries"]["infocse_mlm"]["options"].pop("mask_ratio", None)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import read_yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 #: packages a plan must not import (top-level names)
 HEAVY = ("torch", "scipy", "matplotlib", "transformers", "sentence_transformers", "sklearn", "umap", "triton")
@@ -101,13 +103,11 @@ def test_the_methods_folder_is_scanned_without_torch():
 def shipped_methods() -> set[str]:
     """Every method the shipped configs train: each ``methods:`` entry's objective and auxiliaries,
     each pretraining stage's method, each experiment's auxiliaries."""
-    import yaml
-
     from cselab.pipeline.config import validate
     from tests.test_config import deep_update
 
-    paper = yaml.safe_load((ROOT / "config.yaml").read_text())
-    smoke = deep_update(paper, yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()))
+    paper = read_yaml(ROOT / "config.yaml")
+    smoke = deep_update(paper, read_yaml(ROOT / "configs" / "smoke.yaml"))
     names = set()
     for cfg in (validate(paper), validate(smoke)):
         names |= {stage["method"] for stage in cfg.get("pretraining", {}).values()}

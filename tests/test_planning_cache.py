@@ -4,7 +4,6 @@ config, and the typed ``evaluation.beir`` settings per value; reused, they equal
 import copy
 
 import pytest
-import yaml
 
 from cselab.data.beir import beir_settings, retrieval_resources
 from cselab.pipeline import config as cc
@@ -12,12 +11,12 @@ from cselab.pipeline.experiments import typed_spec
 from cselab.settings import from_dict
 from cselab.settings.evaluation import Beir
 from cselab.settings.spec import ExperimentSpec
-from tests.helpers import ROOT
+from tests.helpers import ROOT, read_yaml
 
 
 @pytest.fixture(scope="module")
 def cfg():
-    return cc.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    return cc.validate(read_yaml(ROOT / "config.yaml"))
 
 
 def test_a_typed_spec_is_built_once_per_config(cfg):

@@ -17,6 +17,7 @@ from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
 from cselab.training import method_config as mc
 from cselab.training.methods import find_config
+from tests.helpers import read_yaml
 from tests.test_config import deep_update
 from tests.test_planning import HEAVY, PLAN
 
@@ -44,7 +45,7 @@ def plugin(tmp_path):
 
 def smoke_config(**patch) -> dict:
     """configs/smoke.yaml (as a --configfile: over config.yaml) with ``patch`` merged in."""
-    return deep_update(yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()), patch)
+    return deep_update(read_yaml(ROOT / "configs" / "smoke.yaml"), patch)
 
 
 def with_repeat(plugin: Path) -> dict:
@@ -53,7 +54,7 @@ def with_repeat(plugin: Path) -> dict:
 
 
 def validated(cfg: dict) -> dict:
-    return cc.validate(deep_update(yaml.safe_load((ROOT / "config.yaml").read_text()), cfg))
+    return cc.validate(deep_update(read_yaml(ROOT / "config.yaml"), cfg))
 
 
 def test_a_plugin_method_is_planned_without_torch(plugin, tmp_path):
@@ -242,7 +243,7 @@ def test_a_plugin_method_trains_in_its_snakemake_job(plugin, tmp_path_factory, t
 
     prepared_project(tmp_path_factory, tmp_path)
     write_config(tmp_path)
-    cfg = yaml.safe_load((tmp_path / "test.yaml").read_text())
+    cfg = read_yaml(tmp_path / "test.yaml")
     cfg.update(plugins=[str(plugin)], methods={"simcse_repeat": {"options": {"dup_rate": 0.5}}},
                experiments={"repeat-tiny": {"plm": "tiny", "method": "simcse_repeat"}}, tables={})
     cfg["training"].update(max_steps=4, eval_steps=4)

@@ -9,6 +9,7 @@ import pytest
 from cselab.data.senteval import TRANSFER_TASKS
 from cselab.evaluation.sts import STS_COLUMNS
 from cselab.reporting.published import SETTING_KEYS, columns, lookup, published
+from tests.helpers import read_yaml
 
 TABLES = published()
 # InfoCSE Table 12's Avg is the STS test average beside an STS-B dev column: not a row mean
@@ -79,12 +80,11 @@ def test_paradigm_rows_match_experiments_by_loss_and_terms():
 
 
 def _paper_config():
-    import yaml
 
     from cselab.pipeline import config as cc
     from cselab.pipeline import targets as ct
 
-    return cc.validate(yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text()))
+    return cc.validate(read_yaml(Path(__file__).resolve().parents[1] / "config.yaml"))
 
 
 def test_every_published_row_with_an_experiment_stands_beside_one():

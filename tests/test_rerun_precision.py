@@ -19,7 +19,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cselab.errors import CselabError
 from cselab.pipeline import jobspecs
@@ -27,7 +26,7 @@ from cselab.pipeline.config import load_schema, validate
 from cselab.settings import fill_config_defaults
 from cselab.settings.operational import is_operational
 from tests import rerun_oracle as oracle
-from tests.helpers import ROOT
+from tests.helpers import ROOT, read_yaml
 
 
 def _merged(*files: str) -> dict:
@@ -35,7 +34,7 @@ def _merged(*files: str) -> dict:
 
     cfg: dict = {}
     for f in files:
-        update_config(cfg, yaml.safe_load((ROOT / f).read_text()))
+        update_config(cfg, read_yaml(ROOT / f))
     return cfg
 
 

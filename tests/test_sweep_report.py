@@ -15,6 +15,7 @@ from scipy.stats import spearmanr
 from cselab.pipeline import outputs, targets
 from cselab.reporting import sweeps
 from cselab.reporting.stats import save_pairs
+from tests.helpers import read_yaml
 
 GRID = {"training.lr": [1e-5, 3e-5], "training.batch_size": [32, 64]}
 SEEDS = [1, 2]
@@ -215,7 +216,7 @@ def test_a_point_named_by_its_values_is_pasted_under_the_sweeps_name(tmp_path):
     sweeps.write_best(tmp_path / "b.yaml", "smoke-lr-batch", "simcse-minilm@lr=1e-05+batch_size=16",
                       sweeps.best_entry({"plm": "minilm", "method": "simcse", "training": {"lr": 1e-5}, "options": {},
                                          "seeds": [42]}, [42, 43]), {"training.lr": 1e-5}, "stsb_dev", 80.0)
-    assert yaml.safe_load((tmp_path / "b.yaml").read_text()) == {
+    assert read_yaml(tmp_path / "b.yaml") == {
         "smoke-lr-batch-best": {"plm": "minilm", "method": "simcse", "training": {"lr": 1e-5}, "seeds": [42, 43]}}
 
 

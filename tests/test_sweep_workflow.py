@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.built import PREPARED_DATA, prepared_project
+from tests.helpers import read_yaml
 from tests.test_workflow import snakemake
 
 SWEEP, BASE, SEEDS = "tinylr", "simcse-tiny", [1, 2]
@@ -133,8 +134,8 @@ def test_a_table_places_the_winner_where_sweep_stood(tmp_path):
     from cselab.reporting.sweeps import read_winner
     from tests.test_sweeps import ROOT, deep_update
 
-    raw = deep_update(yaml.safe_load((ROOT / "config.yaml").read_text()),
-                      yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()))
+    raw = deep_update(read_yaml(ROOT / "config.yaml"),
+                      read_yaml(ROOT / "configs" / "smoke.yaml"))
     raw["tables"]["tw"] = {"kind": "sts", "experiments": ["untrained-minilm", "sweep:smoke-lr-batch", "compcse-minilm"]}
     cfg = cc.validate(raw)
     plain = targets.table_params(cfg, "table1")
@@ -170,7 +171,7 @@ def test_the_cost_plan_prices_every_sweep_by_default():
     from cselab.pipeline.cost import default_targets
     from tests.test_sweeps import ROOT
 
-    cfg = cc.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    cfg = cc.validate(read_yaml(ROOT / "config.yaml"))
     assert cfg["cost_plan"]["targets"] is None
     assert default_targets(cfg) == ["all", *(f"results/sweep_{s}.csv" for s in cfg["sweeps"])]
     assert "results/sweep_simcse-bert-base.csv" in default_targets(cfg)
@@ -181,8 +182,8 @@ def _smoke_with(patch: dict) -> dict:
     from cselab.pipeline import config as cc
     from tests.test_sweeps import ROOT, deep_update
 
-    raw = deep_update(yaml.safe_load((ROOT / "config.yaml").read_text()),
-                      yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()))
+    raw = deep_update(read_yaml(ROOT / "config.yaml"),
+                      read_yaml(ROOT / "configs" / "smoke.yaml"))
     return cc.validate(deep_update(raw, patch))
 
 

@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cselab.errors import ConfigError
 from cselab.pipeline import config as cc
 from cselab.pipeline.sweeps import format_value, short_keys, sweep_experiment_ids
+from tests.helpers import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 LR_BATCH = ["simcse-minilm@lr=1e-05+batch_size=16", "simcse-minilm@lr=1e-05+batch_size=32",
@@ -27,8 +27,8 @@ def deep_update(base: dict, extra: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def smoke_raw():
-    default = yaml.safe_load((ROOT / "config.yaml").read_text())
-    return deep_update(default, yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text()))
+    default = read_yaml(ROOT / "config.yaml")
+    return deep_update(default, read_yaml(ROOT / "configs" / "smoke.yaml"))
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_the_smoke_sweep_is_four_points_of_two_seeds(smoke):
 
 
 def test_the_paper_sweep_is_simcse_grid():
-    cfg = cc.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    cfg = cc.validate(read_yaml(ROOT / "config.yaml"))
     paper = points(cfg, "simcse-bert-base")  # SimCSE's choice (batch 64, lr 3e-5) is simcse-bert-base itself
     assert len(paper) == 12 and paper[:3] == ["simcse-bert-base@batch_size=64+lr=1e-05", "simcse-bert-base",
                                               "simcse-bert-base@batch_size=64+lr=5e-05"]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests import smk_forks
-from tests.helpers import clean_console, make_beir
+from tests.helpers import clean_console, make_beir, read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
@@ -301,7 +301,7 @@ def test_a_change_plans_exactly_the_jobs_it_affects(workflow_run):
                                          *(job("evaluate_beir", dataset="toy2", exp=e)
                                            for e in ["untrained-tiny", *trained])}
     write_config(workdir)
-    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg = read_yaml(workdir / "test.yaml")
     (workdir / "test.yaml").write_text(yaml.safe_dump({**cfg, "seeds": [42, 43]}))
     jobs = planned(workdir, targets)
     assert {job("train", exp="simcse-tiny-s43"), job("train", exp="compcse-tiny-s43")} <= jobs
@@ -341,7 +341,7 @@ def test_bad_config_is_one_clear_message(workflow_run):
 
 def test_adding_a_table_never_retrains(workflow_run):
     workdir, _ = workflow_run
-    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg = read_yaml(workdir / "test.yaml")
     cfg["tables"] = {"table1": {"experiments": IDS}}
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
     out = snakemake(workdir, "-n", "results/table1.csv").stdout

@@ -23,7 +23,7 @@ import yaml
 
 from cselab.pipeline import jobhost
 from tests.built import PREPARED_DATA, prepared_project
-from tests.helpers import private_checkout
+from tests.helpers import private_checkout, read_yaml
 from tests.test_workflow import ROOT
 from tests.test_workflow import snakemake as snakemake_in
 
@@ -227,7 +227,7 @@ def test_a_new_method_is_one_module_and_config(checkout, tmp_path_factory, tmp_p
     drawn = pd.read_csv(workdir / "results/toy_fig.csv")
     assert list(drawn["step"]) == list(curve.dropna(subset=["loss"])["step"])
     assert drawn["scaled_loss"].tolist() == pytest.approx((2 * curve.dropna(subset=["loss"])["loss"]).tolist())
-    cfg = yaml.safe_load((workdir / "test.yaml").read_text())
+    cfg = read_yaml(workdir / "test.yaml")
     cfg["figures"]["toy_fig"]["scal"] = 3.0
     (workdir / "test.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(workdir, "-n", "results/toy_fig.png", check=False)

@@ -94,13 +94,13 @@ def cluster(args) -> bool:
 def config_sources(configfiles: list[str], given: list[str], overrides: dict) -> list[tuple[str, dict]]:
     """The config's sources in Snakemake's order (later wins): the workflow's ``config.yaml``, each
     ``--configfile`` (``given``), then ``--config``'s values."""
-    import yaml
+    from cselab.io import load_yaml
 
     files = [p for p in configfiles if p not in given] + list(given)
     loaded = []
     for path in files:
         with open(path) as fh:
-            loaded.append((os.path.relpath(path), yaml.safe_load(fh) or {}))
+            loaded.append((os.path.relpath(path), load_yaml(fh.read()) or {}))
     return loaded + [("--config", dict(overrides))]
 
 

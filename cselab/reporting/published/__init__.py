@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-import yaml
+from cselab.io import load_yaml
 
 #: the setting keys a note compares, in the order it names them
 SETTING_KEYS = ("precision", "lr", "batch_size", "epochs", "max_steps", "max_len", "corpus", "segmenter")
@@ -41,7 +41,7 @@ def published() -> dict[tuple[str, str], list[dict]]:
     for item in sorted(resources.files(__name__).iterdir(), key=lambda p: p.name):
         if not item.name.endswith(".yaml"):
             continue
-        doc = yaml.safe_load(item.read_text())
+        doc = load_yaml(item.read_text())
         for table, spec in doc["tables"].items():
             entries = []
             for row in spec["rows"]:
@@ -110,4 +110,4 @@ def setting_differences(paper: dict, ours: dict) -> list[str]:
 def retrieval_examples(paper: str) -> list[dict]:
     """A paper's printed retrieval examples (DiffCSE Table 9): ``[{query, <method>: [top-k]}]``."""
     item = resources.files(__name__) / f"{paper}.yaml"
-    return list(yaml.safe_load(item.read_text()).get("retrieval_examples", [])) if item.is_file() else []
+    return list(load_yaml(item.read_text()).get("retrieval_examples", [])) if item.is_file() else []
