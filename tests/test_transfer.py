@@ -202,6 +202,20 @@ def test_inner_kfold_same_result_in_parallel():
     assert a.pop("y_pred").tolist() == b.pop("y_pred").tolist() and a == b
 
 
+
+def test_parallel_fits_stay_within_the_jobs_threads(monkeypatch):
+    """A job's fits use its rule's threads (OMP_NUM_THREADS, set for each job), never more cores
+    than the process may run on, and at most 8."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert T.default_n_jobs() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")
+    assert T.default_n_jobs() == min(cores, 8)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert T.default_n_jobs() == min(cores, 8)
+
 SKLEARN = T.SklearnLogReg(n_jobs=1)
 
 
