@@ -134,6 +134,7 @@ def serve(address: str, parent_pid: int) -> int:
     for name in OPTIONAL:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    _warm_validation()
     gc.freeze()
     listener = jobhost._bind(address)
     while jobhost._alive(parent_pid):
@@ -154,6 +155,16 @@ def serve(address: str, parent_pid: int) -> int:
         conn.sendall(b"P%d\n" % pid)
         threading.Thread(target=jobhost._report, args=(pid, conn, set()), daemon=True).start()
     return 0
+
+
+def _warm_validation() -> None:
+    """Validate the shipped config once, as every invocation's Snakefile does first: the method
+    modules, their option schemas and the config schema's validator are then loaded and built
+    in the server, not again in each fork (this checkout's code only: see :func:`forkable`)."""
+    from cselab.io import load_yaml
+    from cselab.pipeline.config import validate
+
+    validate(load_yaml((ROOT / "config.yaml").read_text()))
 
 
 def _become_invocation(conn: socket.socket, fds: list[int], request: dict) -> None:
