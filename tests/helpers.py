@@ -20,23 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file's values (:func:`cselab.io.load_yaml`, what ``yaml.safe_load`` gives). The
-    checkout's own files (config.yaml: 60 kB, read by hundreds of tests) are parsed once a process
-    and each call gets its own copy to change; any other file is read afresh."""
+    """A YAML file's values (:func:`cselab.io.load_yaml`, what ``yaml.safe_load`` gives), read
+    afresh and parsed once a process per text (config.yaml: 60 kB, read by hundreds of tests):
+    each call gets its own copy to change."""
+    return copy.deepcopy(_parsed_yaml(Path(path).read_text()))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_yaml(text: str) -> Any:
     from cselab.io import load_yaml
 
-    path = Path(path).resolve()
-    if ROOT not in path.parents:
-        return load_yaml(path.read_text())
-    stat = path.stat()
-    return copy.deepcopy(_checkout_yaml(path, stat.st_mtime_ns, stat.st_size))
-
-
-@functools.cache
-def _checkout_yaml(path: Path, mtime_ns: int, size: int) -> Any:
-    from cselab.io import load_yaml
-
-    return load_yaml(path.read_text())
+    return load_yaml(text)
 
 
 def training_defaults(**overrides) -> dict:

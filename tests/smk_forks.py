@@ -164,7 +164,8 @@ def _warm_validation() -> None:
     from cselab.io import load_yaml
     from cselab.pipeline.config import validate
 
-    validate(load_yaml((ROOT / "config.yaml").read_text()))
+    with contextlib.suppress(Exception):  # a broken config is each invocation's own message to give
+        validate(load_yaml((ROOT / "config.yaml").read_text()))
 
 
 def _become_invocation(conn: socket.socket, fds: list[int], request: dict) -> None:

@@ -435,6 +435,7 @@ def test_libyaml_reads_every_yaml_file_as_safe_load_does(default):
 
     from cselab.io import load_yaml
 
+    assert hasattr(yaml, "CSafeLoader"), "PyYAML without libyaml: load_yaml would be safe_load itself"
     files = [p for folder in ("", "configs", "profiles", "envs", "cselab", "report", ".ci")
              for p in sorted((ROOT / folder).glob("*.yaml" if not folder else "**/*.y*ml"))]
     assert len(files) >= 10 and ROOT / "config.yaml" in files

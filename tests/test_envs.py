@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.helpers import read_yaml
 
@@ -39,7 +38,7 @@ def test_every_script_rule_names_an_existing_env():
         assert env, f"rule {name} runs a script but names no conda env"
         path = (ROOT / "rules" / env[1]).resolve()
         assert path.is_file(), f"rule {name}: conda env {env[1]} does not exist"
-        spec = yaml.safe_load(path.read_text())
+        spec = read_yaml(path)
         assert "dependencies" in spec and any(str(d).startswith("python=") for d in spec["dependencies"])
 
 

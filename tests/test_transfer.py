@@ -202,7 +202,6 @@ def test_inner_kfold_same_result_in_parallel():
     assert a.pop("y_pred").tolist() == b.pop("y_pred").tolist() and a == b
 
 
-
 def test_parallel_fits_stay_within_the_jobs_threads(monkeypatch):
     """A job's fits use its rule's threads (OMP_NUM_THREADS, set for each job), never more cores
     than the process may run on, and at most 8."""
@@ -215,6 +214,7 @@ def test_parallel_fits_stay_within_the_jobs_threads(monkeypatch):
     assert T.default_n_jobs() == min(cores, 8)
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert T.default_n_jobs() == min(cores, 8)
+
 
 SKLEARN = T.SklearnLogReg(n_jobs=1)
 

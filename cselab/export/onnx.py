@@ -134,12 +134,11 @@ def export_onnx(model_dir: Path, out_file: Path, opset: int = DEFAULT_OPSET) -> 
 def _session(onnx_file: Path):
     """An onnxruntime CPU inference session on ``onnx_file``."""
     import onnxruntime as ort
+    import torch
 
     onnx_file = Path(onnx_file)
     if not onnx_file.is_file():
         raise ExportError(f"ONNX file {onnx_file} does not exist; write it with export_onnx first")
-    import torch
-
     options = ort.SessionOptions()
     # no busy-waiting between ops: on a shared CPU spinning threads only steal time
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
