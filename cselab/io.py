@@ -101,6 +101,17 @@ def link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def thread_budget() -> int:
+    """The CPU threads this process may use: the cores it may run on, bounded in a job by its
+    rule's threads (``OMP_NUM_THREADS``, set for each job by :func:`cselab.pipeline.jobs.set_threads`)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        cores = os.cpu_count() or 1
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, min(cores, int(threads)) if threads.isdigit() and int(threads) > 0 else cores)
+
+
 def process_folder(prefix: str) -> Path:
     """A new folder in the temporary folder for this process's scratch files, removed when the
     process exits (its children started afresh or with ``multiprocessing`` leave it alone)."""

@@ -13,7 +13,6 @@ per-item predictions (``pairs``) for the paired bootstrap.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -228,17 +227,12 @@ class SklearnLogReg:
 
 
 def default_n_jobs() -> int:
-    """Parallel fits: one process per core the process may use, at most 8 (the fits are independent
-    and single-threaded; they are memory-bandwidth bound, so more processes gain little). In a job,
-    its rule's threads (``OMP_NUM_THREADS``, :func:`cselab.pipeline.jobs.set_threads`), not every core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        cores = os.cpu_count() or 1
-    threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        cores = min(cores, int(threads))
-    return max(1, min(cores, 8))
+    """Parallel fits: one process per thread the process may use (in a job, its rule's threads;
+    :func:`cselab.io.thread_budget`), at most 8 (the fits are independent and single-threaded;
+    they are memory-bandwidth bound, so more processes gain little)."""
+    from cselab.io import thread_budget
+
+    return min(thread_budget(), 8)
 
 
 def _fit_sklearn(X, y, train, evals, C, seed, max_iter):

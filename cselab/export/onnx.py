@@ -134,7 +134,8 @@ def export_onnx(model_dir: Path, out_file: Path, opset: int = DEFAULT_OPSET) -> 
 def _session(onnx_file: Path):
     """An onnxruntime CPU inference session on ``onnx_file``."""
     import onnxruntime as ort
-    import torch
+
+    from cselab.io import thread_budget
 
     onnx_file = Path(onnx_file)
     if not onnx_file.is_file():
@@ -142,11 +143,9 @@ def _session(onnx_file: Path):
     options = ort.SessionOptions()
     # no busy-waiting between ops: on a shared CPU spinning threads only steal time
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # the job's threads (its rule's, as torch has them: cselab.pipeline.jobs.set_threads), not one per
-    # core of the machine: beside other work, an op split over more threads than the job has waits for
-    # the thread that is off its core (600 STS-B sentences beside one busy core: 8.5 CPU-s on 2
-    # threads, 7.5 on 1)
-    options.intra_op_num_threads = torch.get_num_threads()
+    # the job's threads, not one per core of the machine: beside other work, an op split over more
+    # threads than the job has waits for the thread that is off its core
+    options.intra_op_num_threads = thread_budget()
     options.inter_op_num_threads = 1
     try:
         return ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
