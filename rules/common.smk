@@ -65,6 +65,11 @@ def typed_experiment_spec(exp):
     return cfg_call(cselab_experiments.typed_spec, exp)
 
 
+def trained_experiment_spec(exp):
+    """The spec of an experiment that trains (an untrained one: one message, nothing planned)."""
+    return cfg_call(cselab_experiments.trained_spec, exp)
+
+
 @functools.cache
 def pretraining_spec(stage, plm):
     return cfg_call(cselab_config.pretraining_spec, stage, plm)

@@ -6,7 +6,7 @@
 
 rule train:
     input:
-        unpack(lambda wc: training_inputs(typed_experiment_spec(wc.exp))),
+        unpack(lambda wc: training_inputs(trained_experiment_spec(wc.exp))),
         senteval=rules.prepare_senteval.output.manifest,
     output:
         model=directory(OUT.MODEL),

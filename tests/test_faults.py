@@ -471,6 +471,19 @@ def test_nan_and_inf_settings_are_refused_at_planning(project, key, value):
     record(f"training.{key}: {value}", "refused at planning", next(x for x in out.splitlines() if "finite" in x))
 
 
+def test_an_untrained_experiments_model_is_refused_at_planning(project):
+    """An untrained experiment has no training job: a target that needs its model (here its ONNX
+    file) is one message at planning, not a training job that fails."""
+    cfg = yaml.safe_load((project / "test.yaml").read_text())
+    cfg["experiments"]["untrained-tiny"] = {"plm": "tiny", "method": "untrained"}
+    (project / "test.yaml").write_text(yaml.safe_dump(cfg))
+    proc = run_smk(project, "-n", "results/onnx/untrained-tiny/check.json")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "experiment 'untrained-tiny' is untrained" in out, out[-2000:]
+    assert no_traceback(out, "is untrained"), out[-3000:]
+    record("an untrained experiment's ONNX file asked for", "refused at planning",
+           next(x for x in out.splitlines() if "is untrained" in x))
+
 def test_corpus_control_characters_and_long_lines_are_cleaned_and_counted(fresh_project):
     from cselab.data.corpus import MAX_LINE_CHARS
 

@@ -60,6 +60,9 @@ USER_ERROR = "UserError"
 #: Snakemake's frames around a failed job (its command's exit status; "at least one job did not complete")
 _JOB_FAILED = re.compile(r"^RuleException:\nCalledProcessError in file|^WorkflowError:\nAt least one job did not complete")
 _FRAME = re.compile(r'^\w+(?: in rule \S+)? in file "[^"]+", line \d+:\n')
+#: a user error raised by a rule's input function (an experiment asked for that cannot have the file)
+_INPUT_FUNCTION = re.compile(r'^InputFunctionException in rule (?P<rule>\S+) in file "[^"]+", line \d+:\n'
+                             r'Error:\n  UserError:\n(?P<message>(?:    .*\n?)+)(?:Wildcards:\n(?P<wildcards>(?:  .*\n?)*))?')
 
 
 def job_label(rule: str, wildcards: dict | None) -> str:
@@ -94,11 +97,24 @@ def failure_message(logs: list[str]) -> str:
     return "it ended without a message (see its log)"
 
 
+def is_user_error(record) -> bool:
+    """A user's mistake, raised by the workflow as :data:`USER_ERROR`, at planning or by an input function."""
+    return getattr(record, "exception", "") == USER_ERROR or bool(_INPUT_FUNCTION.match(record.getMessage()))
+
+
 def user_error_text(text: str) -> str:
     """A user error's message without Snakemake's ``<Error> in file ..., line N:`` header and the
-    traceback of the workflow's own lines."""
+    traceback of the workflow's own lines; one raised by an input function names its job."""
+    found = _INPUT_FUNCTION.match(text)
+    if found:
+        message = " ".join(line.strip() for line in found["message"].splitlines())
+        return f"{message} (job {job_label(found['rule'], _wildcards(found['wildcards'] or ''))})"
     body = _FRAME.sub("", text, count=1)
     return "\n".join(line for line in body.splitlines() if not line.startswith("  File "))
+
+
+def _wildcards(block: str) -> dict:
+    return dict(line.strip().split("=", 1) for line in block.splitlines() if "=" in line)
 
 
 @dataclass
@@ -242,7 +258,7 @@ class Console:
 
     def _on_error(self, record) -> str | None:
         text = record.getMessage()
-        if getattr(record, "exception", "") == USER_ERROR:
+        if is_user_error(record):
             return user_error_text(text)
         if _JOB_FAILED.search(text):
             return None  # the failed job's own line says it, and "Exiting because a job execution failed"
@@ -400,7 +416,7 @@ class LogHandler(LogHandlerBase):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.console.line(record)  # the state, whatever is shown
-            if getattr(record, "exception", "") == USER_ERROR:
+            if is_user_error(record):
                 text = user_error_text(record.getMessage())  # in a dry run too
             elif self.plain:
                 text = self.format(record)

@@ -208,6 +208,20 @@ def typed_spec(cfg: dict, exp_id: str) -> ExperimentSpec:
     return ExperimentSpec.from_dict(experiment_spec(cfg, exp_id))
 
 
+def trained_spec(cfg: dict, exp_id: str) -> ExperimentSpec:
+    """:func:`typed_spec` of an experiment that trains; an untrained one (``method: untrained``)
+    has no training job and so no model folder: asking for it (a model card, an ONNX file, an
+    export folder) is a ConfigError that says what it has instead."""
+    spec = typed_spec(cfg, exp_id)
+    if spec.objective == UNTRAINED:
+        raise ConfigError(
+            f"experiment {exp_id!r} is untrained (method: {UNTRAINED}): nothing trains it, so there is no "
+            f"{outputs.path(outputs.MODEL, exp=exp_id)}; its evaluations read its PLM "
+            f"({outputs.path(outputs.PLM, plm=spec.plm)}), and model cards, ONNX files and export folders are "
+            "made for trained experiments")
+    return spec
+
+
 def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:
     """The settings of an experiment (or pretraining stage) that change how it runs, not what it computes."""
     if stage is not None:
