@@ -7,6 +7,8 @@ throughout, no Snakemake: the clients are what a rule's ``script:`` runs."""
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -140,6 +142,37 @@ def test_a_host_killed_during_a_job_loses_nothing(tmp_path):
         sleeper.wait()
 
 
+def test_a_malformed_request_leaves_the_host_serving(tmp_path, invocation):
+    """A connection that sends a partial or damaged request (a short head without descriptors, a
+    payload cut short, one that does not unpickle) is dropped with the descriptors it passed; the
+    same host serves the next job."""
+    addr = invocation[1]
+    client = start(tmp_path, invocation, "echo")  # the host is up
+    client.communicate(timeout=120)
+    assert client.returncode == 0
+    host = hosts(addr)[0]
+    descriptors = host.num_fds()
+    for partial in (b"abc", struct.pack("!Q", 1000) + b"cut", struct.pack("!Q", 3) + b"bad"):
+        conn = jobhost._try_connect(jobhost._for_this_python(addr))
+        assert conn is not None
+        if partial.startswith(b"abc"):
+            conn.sendall(partial)
+        else:  # a whole head with its descriptors, then less payload than it announced
+            socket.send_fds(conn, [partial[:8]], [0, 1, 2])
+            conn.sendall(partial[8:])
+        conn.close()
+    (tmp_path / "report.json").unlink()
+    client = start(tmp_path, invocation, "echo")
+    _, err = client.communicate(timeout=120)
+    assert client.returncode == 0, err
+    assert report(tmp_path)["ran"] == "torch not imported; a fork of the warm job host"
+    assert hosts(addr) == [host]
+    deadline = time.monotonic() + 10  # the host closes a job's connection once it has reported its end
+    while host.num_fds() != descriptors:  # it keeps none of the malformed requests' descriptors
+        assert time.monotonic() < deadline, (host.num_fds(), descriptors)
+        time.sleep(0.05)
+
+
 def test_without_a_host_the_job_runs_in_its_own_process(tmp_path, invocation):
     client = start(tmp_path, invocation, "echo", **{jobhost.SWITCH_ENV: "0"})
     _, err = client.communicate(timeout=120)
@@ -267,7 +300,7 @@ def test_a_host_forked_from_a_template_serves_like_a_started_one(tmp_path):
         sleeper.wait()
     host.wait(timeout=15)  # the invocation has ended: so does its host
     template.terminate()
-    template.wait(timeout=30)
+    assert template.wait(timeout=30) == 0  # a terminated template leaves as a returning one does
 
 
 #: what a hosted job's client must not import before it hands the job to the host: each is the

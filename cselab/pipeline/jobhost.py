@@ -265,6 +265,7 @@ def serve_template(name: str, parent_pid: int) -> int:
     if listener is None:
         return 0  # one already serves this name
     own_env = import_time_env(os.environ)  # before the imports, some of which set such variables
+    signal.signal(signal.SIGTERM, _leave)  # terminated, it leaves as a returning one does (exit handlers run)
     _preload(LIGHT + TORCH)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the hosts it forks are not its to wait for
     while _alive(parent_pid):
@@ -290,10 +291,15 @@ def serve_template(name: str, parent_pid: int) -> int:
     return 0
 
 
+def _leave(_signum, _frame) -> None:
+    raise SystemExit(0)
+
+
 def _become_host(conn: socket.socket, addr: str, invocation_pid: int) -> int:
     """In the template's fork: a session of its own, the invocation's address bound, then the host."""
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a host waits for its jobs itself
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # and a signal ends it as it ends a started host
     listener = _bind(addr)
     with contextlib.suppress(OSError):
         conn.sendall(b"H\n")  # bound here, or already by another host: either way the client connects
@@ -462,7 +468,15 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         for fd in fds:
             os.close(fd)
         raise EOFError("incomplete request")
-    size = struct.unpack("!Q", head)[0]
+    try:
+        return _receive_payload(conn, struct.unpack("!Q", head)[0]), fds
+    except BaseException:
+        for fd in fds:  # a cut or damaged request: the descriptors it passed are not kept
+            os.close(fd)
+        raise
+
+
+def _receive_payload(conn: socket.socket, size: int) -> dict:
     chunks, left = [], size
     while left:
         chunk = conn.recv(min(left, 1 << 20))
@@ -470,7 +484,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
             raise EOFError("incomplete request")
         chunks.append(chunk)
         left -= len(chunk)
-    return pickle.loads(b"".join(chunks)), fds
+    return pickle.loads(b"".join(chunks))
 
 
 def _report(pid: int, conn: socket.socket, running: set[int]) -> None:
