@@ -152,14 +152,14 @@ def test_a_malformed_request_leaves_the_host_serving(tmp_path, invocation):
     assert client.returncode == 0
     host = hosts(addr)[0]
     descriptors = host.num_fds()
-    for partial in (b"abc", struct.pack("!Q", 1000) + b"cut", struct.pack("!Q", 3) + b"bad"):
+    malformed = ((b"abc", [], b""),  # a short head, no descriptors
+                 (struct.pack("!Q", 1000), [0, 1, 2], b"cut"),  # less payload than the head announced
+                 (struct.pack("!Q", 3), [0, 1, 2], b"bad"))  # a payload that does not unpickle
+    for head, fds, payload in malformed:
         conn = jobhost._try_connect(jobhost._for_this_python(addr))
         assert conn is not None
-        if partial.startswith(b"abc"):
-            conn.sendall(partial)
-        else:  # a whole head with its descriptors, then less payload than it announced
-            socket.send_fds(conn, [partial[:8]], [0, 1, 2])
-            conn.sendall(partial[8:])
+        socket.send_fds(conn, [head], fds)
+        conn.sendall(payload)
         conn.close()
     (tmp_path / "report.json").unlink()
     client = start(tmp_path, invocation, "echo")

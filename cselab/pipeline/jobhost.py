@@ -464,11 +464,9 @@ def _warm_model_loading() -> None:
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     head, fds, _flags, _addr = socket.recv_fds(conn, 8, 3)
-    if len(head) != 8 or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        raise EOFError("incomplete request")
     try:
+        if len(head) != 8 or len(fds) != 3:
+            raise EOFError("incomplete request")
         return _receive_payload(conn, struct.unpack("!Q", head)[0]), fds
     except BaseException:
         for fd in fds:  # a cut or damaged request: the descriptors it passed are not kept
