@@ -93,6 +93,51 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+class DamagedEntry(ValueError):
+    """A cache entry that reads but does not hold what was written (its record says another size,
+    shape or number of rows): as unreadable as a cut file."""
+
+
+def unreadable_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged file raises: cut short, empty, a bad CRC or garbage make numpy,
+    zipfile, zlib, pickle and JSON raise these (``zipfile.BadZipFile: Bad CRC-32``, ``EOFError:
+    No data left in file``, ``ValueError: Cannot load file containing pickled data``, ...)."""
+    import pickle
+    import zipfile
+    import zlib
+
+    return (OSError, EOFError, ValueError, KeyError, IndexError, zipfile.BadZipFile, zlib.error,
+            pickle.UnpicklingError, SyntaxError)
+
+
+def reason_of(e: BaseException) -> str:
+    """An exception in one short line: ``BadZipFile: Bad CRC-32 for file 'ids.npy'``."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
+
+
+def read_cache_entry(path: Path, read: Callable[[Path], Any], what: str, again: str,
+                     also: tuple[Path, ...] = ()) -> Any | None:
+    """``read(path)``; None when the cache entry at ``path`` cannot be read (any of
+    :func:`unreadable_errors`, :class:`DamagedEntry` included): the entry (and ``also``, its
+    record) is removed with one warning naming it, and the caller builds it again (``again``
+    says how: "tokenising again")."""
+    try:
+        return read(path)
+    except unreadable_errors() as e:
+        drop_cache_entry(path, what, reason_of(e) if not isinstance(e, DamagedEntry) else str(e), again, also)
+        return None
+
+
+def drop_cache_entry(path: Path, what: str, reason: str, again: str, also: tuple[Path, ...] = ()) -> None:
+    """Remove a damaged cache entry (and ``also``) with one warning naming it: every cache
+    (tokens, embeddings, BEIR downloads, compiled steps) says it the same way."""
+    for p in (path, *also):
+        with contextlib.suppress(OSError):
+            Path(p).unlink()
+    logging.getLogger("cselab").warning("%s %s is damaged (%s): removed, %s", what, path, reason, again)
+
+
 def link_or_copy(src: str, dst: str) -> None:
     """Hard link (outputs are never rewritten in place), else copy; a ``copytree`` copy_function."""
     try:

@@ -310,7 +310,7 @@ def test_damaged_embedding_cache_is_encoded_again(reference, tmp_path):
     proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = "".join(p.read_text() for p in (project / "logs" / "evaluate_sts").glob("*.log"))
-    line = next(x for x in log.splitlines() if "damaged, encoding again" in x)
+    line = next(x for x in log.splitlines() if "is damaged" in x and "encoding again" in x)
     assert npy.name in line and table(project) == table(reference)
     record("embedding cache array cut short after its job", "found by its recorded size, encoded again, same table",
            line, "-", 0)

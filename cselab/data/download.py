@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from cselab.errors import DataError
-from cselab.io import atomic_path, sha256_file
+from cselab.io import atomic_path, drop_cache_entry, reason_of, sha256_file, unreadable_errors
 
 _CHUNK = 1 << 20
 _EXTRACT_MARKER = ".cselab_extracted"
@@ -43,8 +43,9 @@ def fetch(source: str, dest: Path, *, sha256: str | None = None, timeout: float 
     """Download ``source`` (``http(s)://`` or ``file://``) to ``dest`` and verify it.
 
     The body is streamed to a temporary file and renamed to ``dest`` only once complete and
-    verified. If ``dest`` already exists and matches ``sha256`` (or, without ``sha256``, is
-    non-empty) nothing is downloaded. Raises :class:`DataError` on an HTTP error or unreachable
+    verified. If ``dest`` already exists and is sound (:func:`cached_download_problem`: not empty,
+    ``sha256`` when given, an archive whose members read back) nothing is downloaded; a damaged
+    one is removed with one warning naming it and downloaded again. Raises :class:`DataError` on an HTTP error or unreachable
     host, a body shorter than its Content-Length, an empty body, or a sha256 mismatch.
 
     Returns ``{"source", "path", "bytes", "sha256"}``.
@@ -58,11 +59,12 @@ def fetch(source: str, dest: Path, *, sha256: str | None = None, timeout: float 
         )
     expected = sha256.lower() if sha256 else None
 
-    if dest.is_file() and dest.stat().st_size > 0:
+    if dest.is_file():
         digest = sha256_file(dest)
-        if expected is None or digest == expected:
+        problem = cached_download_problem(dest, digest, expected)
+        if problem is None:
             return {"source": source, "path": str(dest), "bytes": dest.stat().st_size, "sha256": digest}
-        # Stale or corrupt copy: download again.
+        drop_cache_entry(dest, "downloaded file", problem, f"downloading {source} again")
 
     manual = f"check the URL and your network, or {_manual_fix(source)}"
     h = hashlib.sha256()
@@ -95,6 +97,31 @@ def fetch(source: str, dest: Path, *, sha256: str | None = None, timeout: float 
             raise DataError(f"sha256 mismatch for {source}: expected {expected}, got {digest} "
                             f"(corrupt or changed file; the partial download was deleted); re-run, or {manual}.")
     return {"source": source, "path": str(dest), "bytes": written, "sha256": digest}
+
+
+def cached_download_problem(path: Path, digest: str, expected: str | None) -> str | None:
+    """Why a file downloaded before cannot be used again, or None: empty, another sha256 than
+    pinned, or an archive (zip, tar) that does not read back whole: cut short, a bad CRC, garbage."""
+    if path.stat().st_size == 0:
+        return "empty"
+    if expected is not None and digest != expected:
+        return f"sha256 {digest[:16]}..., pinned {expected[:16]}..."
+    name = path.name.lower()
+    try:
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(path) as zf:
+                bad = zf.testzip()
+            return f"member {bad} has a bad CRC" if bad else None
+        if name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
+            with tarfile.open(path, "r:*") as tar:
+                for member in tar:
+                    if member.isfile():
+                        with tar.extractfile(member) as fh:
+                            while fh.read(_CHUNK):
+                                pass
+    except unreadable_errors() + (tarfile.TarError,) as e:
+        return reason_of(e)
+    return None
 
 
 def url_basename(url: str) -> str:

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from cselab.io import atomic_path, lines_sha256
+from cselab.io import DamagedEntry, atomic_path, lines_sha256, read_cache_entry
 
 log = logging.getLogger(__name__)
 
@@ -106,23 +106,29 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return h.hexdigest()
 
 
+def _read_cached(path: Path, n: int) -> TokenizedCorpus:
+    """A cached corpus, whole (every member read, so a bad CRC shows) and of ``n`` sentences."""
+    with np.load(path) as data:
+        corpus = TokenizedCorpus(torch.from_numpy(data["ids"]), torch.from_numpy(data["offsets"]))
+    if len(corpus) != n:
+        raise DamagedEntry(f"it holds {len(corpus)} sentences, the corpus {n}")
+    return corpus
+
+
 def tokenize_corpus(texts: Sequence[str], tokenizer, max_len: int, cache_dir: Path | None = None) -> TokenizedCorpus:
     """Token ids (special tokens added, truncated to ``max_len``) of ``texts``, as a
     :class:`TokenizedCorpus`; read from ``cache_dir`` when the same texts were tokenised before
-    by the same tokenizer at the same ``max_len`` (a corrupt cache file is rebuilt)."""
+    by the same tokenizer at the same ``max_len`` (an unreadable cache file, cut short, empty, with
+    a bad CRC or garbage, is removed with one warning and built again)."""
     path = None
     if cache_dir is not None:
         key = hashlib.sha256(f"{lines_sha256(texts)}|{tokenizer_fingerprint(tokenizer)}|{max_len}".encode())
         path = Path(cache_dir) / f"{key.hexdigest()[:24]}.npz"
         if path.is_file():
-            try:
-                with np.load(path) as data:
-                    corpus = TokenizedCorpus(torch.from_numpy(data["ids"]), torch.from_numpy(data["offsets"]))
-                if len(corpus) == len(texts):
-                    log.info("token cache hit: %s (%d sentences)", path.name, len(texts))
-                    return corpus
-            except (OSError, ValueError, KeyError) as e:
-                log.warning("token cache %s unreadable (%s): tokenising again", path, e)
+            corpus = read_cache_entry(path, lambda p: _read_cached(p, len(texts)), "token cache", "tokenising again")
+            if corpus is not None:
+                log.info("token cache hit: %s (%d sentences)", path.name, len(texts))
+                return corpus
     ids, lengths = [], []
     for start in range(0, len(texts), CHUNK):
         rows = tokenizer(list(texts[start:start + CHUNK]), truncation=True, max_length=max_len,

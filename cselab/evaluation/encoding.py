@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from cselab.io import lines_sha256, open_atomic, sha256_file, write_json
+from cselab.io import DamagedEntry, lines_sha256, open_atomic, read_cache_entry, sha256_file, write_json
 from cselab.settings import Evaluation, evaluation_settings
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,9 @@ class EmbeddingCache:
         npy, meta = self.dir / f"{dataset}.npy", self.dir / f"{dataset}.json"
         digest = lines_sha256(sentences)
         if npy.is_file() and meta.is_file():
-            hit = self._read(npy, meta, digest, len(sentences), dtype)
-            if hit is not None:
+            hit = read_cache_entry(npy, lambda p: self._read(p, meta, digest, len(sentences), dtype),
+                                   "embedding cache", "encoding again", also=(meta,))
+            if hit is not None and hit is not _OTHER:
                 self.hits += 1
                 log.info("embedding cache hit: %s (%d sentences)", dataset, len(sentences))
                 return hit
@@ -65,33 +66,32 @@ class EmbeddingCache:
         emb = np.asarray(encode(sentences), dtype=dtype)
         with open_atomic(npy, "wb") as fh:
             np.save(fh, emb)
+        st = npy.stat()
         write_json(meta, {"n": len(sentences), "sentences_sha256": digest, "dim": emb.shape[1], "dtype": dtype,
-                          "bytes": npy.stat().st_size})
+                          "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(npy)})
         return emb
 
     @staticmethod
-    def _read(npy: Path, meta: Path, digest: str, n: int, dtype: str) -> np.ndarray | None:
-        """The cached array when its record matches these sentences and it is whole; a damaged
-        entry (cut short or rewritten since its record: a size or shape other than recorded) is a
-        miss, said in the log, and is encoded again."""
+    def _read(npy: Path, meta: Path, digest: str, n: int, dtype: str):
+        """The cached array when its record matches these sentences (else :data:`_OTHER`: another
+        content under the name, encoded again) and it is whole: its size, its bytes (hashed when
+        its mtime moved since it was written) and its shape as recorded, else :class:`DamagedEntry`."""
         info = json.loads(meta.read_text())
         if info.get("sentences_sha256") != digest or info.get("n") != n or info.get("dtype", "float32") != dtype:
-            return None
-        size = npy.stat().st_size
-        if info.get("bytes", size) != size:
-            log.warning("embedding cache %s has %d bytes, its record %d: damaged, encoding again", npy, size,
-                        info["bytes"])
-            return None
-        try:
-            emb = np.load(npy)
-        except (ValueError, OSError, EOFError) as e:
-            log.warning("embedding cache %s cannot be read (%s): damaged, encoding again", npy, e)
-            return None
+            return _OTHER
+        st = npy.stat()
+        if info.get("bytes", st.st_size) != st.st_size:
+            raise DamagedEntry(f"it has {st.st_size} bytes, its record {info['bytes']}")
+        if info.get("sha256") and info.get("mtime_ns") != st.st_mtime_ns and sha256_file(npy) != info["sha256"]:
+            raise DamagedEntry("its bytes changed since it was written (sha256)")
+        emb = np.load(npy)
         if emb.shape != (n, info.get("dim", emb.shape[-1])):
-            log.warning("embedding cache %s has shape %s, its record (%d, %s): damaged, encoding again", npy,
-                        emb.shape, n, info.get("dim"))
-            return None
+            raise DamagedEntry(f"it has shape {emb.shape}, its record ({n}, {info.get('dim')})")
         return emb
+
+
+#: :meth:`EmbeddingCache._read`'s answer for an entry of other sentences under the same name
+_OTHER = object()
 
 
 class Embeddings:

@@ -7,8 +7,10 @@ else. Compiling changes no result (the step's math and its keyed dropout are the
 setting is operational.
 
 A job killed while inductor writes its cache can leave an empty file behind (a 0-byte ``.so``
-was seen): the next job loads it and every compiled step fails. Before compiling, a run removes
-such files, except those another job is compiling at that moment (inductor holds a lock per
+was seen), and a damaged disk a cut or garbled one: the next job loads it and every compiled step
+fails. Before compiling, a run removes such files with one warning naming them (empty, a library
+that is no ELF file or is cut short, a Python or JSON file that does not parse), except those
+another job is compiling at that moment (inductor holds a lock per
 library while g++ writes it, empty for a while; the cache is shared by a workflow's jobs); a
 compile that still fails is retried once in a fresh private cache, and a second failure leaves
 the run on its eager step with one warning (the numbers are the same).
@@ -23,13 +25,14 @@ reused: a tiny compiled CPU training took 53-60 s in a new cache and 16 s in a u
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from pathlib import Path
 
 import torch
 
-from cselab.io import process_folder
+from cselab.io import process_folder, reason_of
 
 log = logging.getLogger("cselab")
 
@@ -64,32 +67,69 @@ def cache_dir() -> Path:
 
 
 def drop_partial_files(root: Path) -> list[Path]:
-    """Remove the empty files of :data:`CACHE_SUFFIXES` under ``root`` (what a killed compile
-    leaves); returns them. A file another process is compiling right now is left alone: inductor
-    builds ``<key>*.so`` holding ``locks/<key>.lock``, and while g++ writes the library it may be
-    empty; a file whose lock is held is skipped, one whose lock is free is checked again under it.
-    Files another process removes meanwhile are skipped."""
-    removed = []
+    """Remove the unreadable files of :data:`CACHE_SUFFIXES` under ``root`` (what a killed compile
+    or a damaged disk leaves: empty, a cut or garbled library, a cut Python or JSON file,
+    :func:`cache_file_problem`) with one warning naming them; returns them. A file another process
+    is compiling right now is left alone: inductor builds ``<key>*.so`` holding
+    ``locks/<key>.lock``, and while g++ writes the library it may be empty or cut; a file whose
+    lock is held is skipped, one whose lock is free is checked again under it. Files another
+    process removes meanwhile are skipped."""
+    removed: dict[Path, str] = {}
     if not root.is_dir():
-        return removed
+        return []
     for path in root.rglob("*"):
         try:
-            if path.suffix in CACHE_SUFFIXES and path.is_file() and path.stat().st_size == 0 \
-                    and _drop_if_idle(path, root):
-                removed.append(path)
+            if path.suffix in CACHE_SUFFIXES and path.is_file() and cache_file_problem(path) \
+                    and (problem := _drop_if_idle(path, root)):
+                removed[path] = problem
         except OSError:
             continue
     if removed:
-        log.warning("removed %d empty file(s) from the compile cache %s (left by a job killed mid-compile)",
-                    len(removed), root)
-    return removed
+        shown = "; ".join(f"{p.relative_to(root)} ({why})" for p, why in list(removed.items())[:5])
+        log.warning("compile cache %s: removed %d unreadable file(s), compiled again when needed: %s%s", root,
+                    len(removed), shown, "; ..." if len(removed) > 5 else "")
+    return list(removed)
 
 
-def _drop_if_idle(path: Path, root: Path) -> bool:
-    """Unlink the empty ``path`` unless a compile in progress holds the inductor lock of its key
+#: the ELF header fields that say where the file ends (64-bit, 32-bit): section headers' offset,
+#: size of one and their count (the section header table is the file's last part)
+_ELF_TAIL = {2: ("Q", 0x28, 0x3A, 0x3C), 1: ("I", 0x20, 0x2E, 0x30)}
+
+
+def cache_file_problem(path: Path) -> str | None:
+    """Why a compile-cache file cannot be what inductor or Triton wrote, or None: empty; a library
+    or object (``.so``, ``.o``, ``.cubin``) that is no ELF file or ends before its section headers
+    (cut short); a ``.py`` that does not compile; a ``.json`` that does not parse."""
+    import struct
+
+    size = path.stat().st_size
+    if size == 0:
+        return "empty"
+    if path.suffix in (".so", ".o", ".cubin"):
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+        if head[:4] != b"\x7fELF" or head[4] not in _ELF_TAIL or len(head) < 52:
+            return "not an ELF file"
+        word, off, entsize, count = _ELF_TAIL[head[4]]
+        order = "<" if head[5] == 1 else ">"
+        shoff = struct.unpack_from(order + word, head, off)[0]
+        end = shoff + struct.unpack_from(order + "H", head, entsize)[0] * struct.unpack_from(order + "H", head, count)[0]
+        return f"cut short: {size} bytes, its headers end at {end}" if end > size else None
+    try:
+        if path.suffix == ".py":
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        elif path.suffix == ".json":
+            json.loads(path.read_bytes())
+    except (SyntaxError, ValueError) as e:
+        return reason_of(e)
+    return None
+
+
+def _drop_if_idle(path: Path, root: Path) -> str | None:
+    """Unlink the unreadable ``path`` unless a compile in progress holds the inductor lock of its key
     (its name up to the first dot, in a ``locks/`` folder of the cache or of the file's own
     folders) or, for a file without a lock of its own, of a key beside it (inductor's C++ wrapper
-    links ``<key2>.optimized.o`` under the lock of ``<key>.main.cpp``); True when it was removed."""
+    links ``<key2>.optimized.o`` under the lock of ``<key>.main.cpp``); its problem when it was removed."""
     from filelock import Timeout  # torch requires filelock; inductor locks with it
     from torch.utils._filelock import FileLock
 
@@ -100,13 +140,14 @@ def _drop_if_idle(path: Path, root: Path) -> bool:
         with contextlib.ExitStack() as held:
             for lock in locks:
                 held.enter_context(FileLock(str(lock), timeout=0))
-            if path.stat().st_size != 0:  # the compile finished meanwhile
-                return False
+            problem = cache_file_problem(path)
+            if problem is None:  # the compile finished meanwhile
+                return None
             path.unlink()
-            return True
+            return problem
     except Timeout:
         log.info("compile cache: %s is being compiled by another process; left alone", path.name)
-        return False
+        return None
 
 
 def _locks_of(keys: list[str], path: Path, root: Path) -> list[Path]:
