@@ -112,6 +112,14 @@ def training_inputs(spec):
             **{f"artifact_{role}": path for role, path in artifacts(spec).items()}}
 
 
+def checked(files):
+    """Result files a job reads (a list or a dict), each checked once an invocation: a damaged or
+    edited one is named, and the job that wrote it is forced, so it is built again before this job
+    reads it (cselab.pipeline.invocation.checked_results). Snakemake's own forcing, as
+    ``--forcerun <file>`` would: the DAG being built takes the file among those it forces."""
+    return cselab_invocation.checked_results(files, INVOCATION, lambda path: workflow.dag.forcefiles.add(path))
+
+
 def model_input(wildcards):
     return cfg_call(cselab_targets.model_input, wildcards.exp)
 

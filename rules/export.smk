@@ -15,7 +15,7 @@ rule exports:
 
 rule mteb_results:
     input:
-        unpack(lambda wc: {f"result{i}": result for i, (_, result, _) in enumerate(mteb_sources(wc.exp))}),
+        unpack(lambda wc: checked({f"result{i}": result for i, (_, result, _) in enumerate(mteb_sources(wc.exp))})),
         unpack(lambda wc: {f"manifest{i}": m for i, m in enumerate(dict.fromkeys(m for _, _, m in mteb_sources(wc.exp)))}),
         model=model_input,
     output:
@@ -38,7 +38,7 @@ rule mteb_results:
 rule mteb_check:
     input:
         models=lambda wc: [e["model"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()],
-        sts=lambda wc: [e["sts"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()],
+        sts=lambda wc: checked([e["sts"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()]),
         sweeps=lambda wc: cselab_targets.mteb_check_sweep_reports(CFG),
         senteval=rules.prepare_senteval.output.manifest,
     output:
@@ -62,7 +62,7 @@ rule mteb_check:
 
 rule model_card:
     input:
-        unpack(lambda wc: cfg_call(cselab_targets.card_inputs, wc.exp)),
+        unpack(lambda wc: checked(cfg_call(cselab_targets.card_inputs, wc.exp))),
     output:
         OUT.CARD,
     params:

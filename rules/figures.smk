@@ -5,7 +5,7 @@
 
 rule figure:
     input:
-        unpack(lambda wc: figure_inputs(wc.figure)),
+        unpack(lambda wc: checked(figure_inputs(wc.figure))),
         senteval=rules.prepare_senteval.output.manifest,
     output:
         png=report(OUT.FIGURE_PNG, caption="../report/figure.rst", category="Figures"),

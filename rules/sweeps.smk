@@ -9,7 +9,7 @@
 
 checkpoint sweep:
     input:
-        results=lambda wc: cfg_call(cselab_targets.sweep_inputs, wc.sweep),
+        results=lambda wc: checked(cfg_call(cselab_targets.sweep_inputs, wc.sweep)),
     output:
         csv=report(OUT.SWEEP_CSV, caption="../report/table.rst", category="Sweeps"),
         md=OUT.SWEEP_MD,

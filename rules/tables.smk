@@ -6,8 +6,8 @@
 # its winner at that place (sweep_winner: None until the sweep has run).
 rule table:
     input:
-        results=lambda wc: [f for files in cselab_targets.table_inputs(CFG, wc.table, sweep_winner).values()
-                            for f in files],
+        results=lambda wc: checked([f for files in cselab_targets.table_inputs(CFG, wc.table, sweep_winner).values()
+                                    for f in files]),
         summaries=lambda wc: cselab_targets.table_summaries(CFG, wc.table, sweep_winner),
         sweeps=lambda wc: cselab_targets.table_sweep_reports(CFG, wc.table),
     output:
@@ -57,8 +57,8 @@ rule leakage_audit:
 # the baseline) is the sweep's winner: planned again once its checkpoint has run, like a table.
 rule seed_power:
     input:
-        pairs=lambda wc: [f for by_metric in cselab_targets.seed_power_inputs(CFG, sweep_winner).values()
-                          for files in by_metric.values() for f in files],
+        pairs=lambda wc: checked([f for by_metric in cselab_targets.seed_power_inputs(CFG, sweep_winner).values()
+                                  for files in by_metric.values() for f in files]),
         sweeps=lambda wc: cselab_targets.seed_power_sweep_reports(CFG),
     output:
         csv=report(OUT.SEED_POWER_CSV, caption="../report/table.rst", category="Tables"),

@@ -316,6 +316,30 @@ def test_damaged_embedding_cache_is_encoded_again(reference, tmp_path):
            line, "-", 0)
 
 
+def test_damaged_results_are_rebuilt_before_the_table_reads_them(reference, tmp_path):
+    """The STS result cut in half and its per-item predictions cut short, after the table was built
+    from them: planning names both, forces their evaluation, and the table is built again from the
+    rebuilt results, never removed before (a dry run leaves it in place), with the same rows."""
+    project = copy_of(reference, tmp_path)
+    folder = project / "results" / "experiments" / EXP
+    for name in ("sts.json", "sts_pairs.npz"):
+        path = folder / name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    dry = run_smk(project, "-n", "results/table1.csv")
+    assert dry.returncode == 0 and (project / "results" / "table1.csv").is_file(), dry.stderr[-3000:]
+    assert "evaluate_sts" in dry.stdout and "table" in dry.stdout, dry.stdout[-3000:]
+    proc = run_smk(project, "results/table1.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if "is damaged" in x]
+    assert len(lines) == 2 and all("rule evaluate_sts builds it again in this run" in x for x in lines), lines
+    assert f"the result results/experiments/{EXP}/sts.json is damaged (it has " in lines[0] + lines[1]
+    assert table(project) == table(reference)
+    for line in lines:
+        name = "sts_pairs.npz" if "sts_pairs.npz" in line else "sts.json"
+        record(f"{name} cut in half after the table was built", "named at planning, its evaluation forced, the "
+               "table rebuilt (not removed first), same rows", line, "-", 0)
+
+
 # -- tracking outage --------------------------------------------------------------------------------
 
 def start_server(port: int, root: Path) -> subprocess.Popen:

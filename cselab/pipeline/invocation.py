@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from snakemake.exceptions import WorkflowError
 
@@ -194,7 +195,8 @@ def deleted_experiments(cfg: dict) -> list[str]:
     """One hint per experiment whose folder was deleted under the tables built from it. Snakemake
     rebuilds a missing file only where the target that needs it is out of date: a table that
     exists is not, so the deleted runs would stay gone. Asking for the experiment's summary as a
-    target retrains it, and the tables follow."""
+    target retrains it, and the tables follow. Only a folder that existed: one whose run the table
+    shows (its experiment and seed in the table's rows), not a seed or an experiment added since."""
     from cselab.pipeline import experiments, targets
 
     tables: dict[str, list[str]] = {}
@@ -202,11 +204,66 @@ def deleted_experiments(cfg: dict) -> list[str]:
         built = outputs.path(outputs.TABLE_CSV, table=table)
         if not Path(built).is_file():
             continue
+        shown = table_runs(built)
         for exp_id in experiments.experiment_ids(cfg, targets.table_experiments(cfg, table)):
             folder = Path(outputs.path(outputs.EXPERIMENT_DIR, exp=exp_id))
-            if experiments.is_trained(cfg, exp_id) and not folder.exists():
+            if experiments.is_trained(cfg, exp_id) and not folder.exists() and _shown(cfg, exp_id, shown):
                 tables.setdefault(exp_id, []).append(built)
     return [f"{outputs.path(outputs.EXPERIMENT_DIR, exp=exp_id)}/ was deleted, but {', '.join(built)} "
             f"{'was' if len(built) == 1 else 'were'} built from it; Snakemake does not rebuild what is missing under "
             f"a result that exists. To retrain it, add its summary to the targets: snakemake ... "
             f"{outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id)} {' '.join(built)}" for exp_id, built in tables.items()]
+
+
+def table_runs(csv_path: str | Path) -> set[tuple[str, str]]:
+    """(experiment, seed) of every run a built table shows (its ``experiment`` and ``seeds`` columns)."""
+    import csv
+
+    try:
+        with open(csv_path, newline="") as fh:
+            return {(row.get("experiment", ""), seed) for row in csv.DictReader(fh)
+                    for seed in (row.get("seeds") or "").split()}
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return set()
+
+
+def _shown(cfg: dict, exp_id: str, shown: set[tuple[str, str]]) -> bool:
+    from cselab.pipeline.experiments import typed_spec
+
+    spec = typed_spec(cfg, exp_id)
+    return (spec.name, str(spec.seed)) in shown
+
+
+#: result file -> why it is damaged (None: sound), checked once an invocation (:func:`checked_results`)
+_CHECKED: dict[str, str | None] = {}
+
+
+def checked_results(files, run: Invocation, rebuild: Callable[[str], None]):
+    """``files`` (a list, or a dict of them) that a job reads, as its rule's input function
+    returns them, each evaluation result among them checked once an invocation
+    (:func:`cselab.evaluation.records.result_problem`): a damaged or edited one is named on stderr
+    and handed to ``rebuild`` (the workflow forces the job that wrote it), so this invocation
+    builds it again before anything reads it; what reads it is not removed before that."""
+    from cselab.evaluation.records import recorded_rule, result_problem
+
+    if not run.checks:
+        return files
+    for path in (files.values() if isinstance(files, dict) else files):
+        for one in ([path] if isinstance(path, str) else path):
+            if one in _CHECKED or not is_result_file(one):
+                continue
+            _CHECKED[one] = problem = result_problem(one)
+            if problem:
+                rebuild(one)
+                rule = f"rule {recorded_rule(one)}" if recorded_rule(one) else "its evaluation"
+                print(f"cselab: the result {one} is damaged ({problem}); {rule} builds it again "
+                      f"{'in this run' if run.executing else 'in a real run'}, before what reads it", file=sys.stderr)
+    return files
+
+
+def is_result_file(path: str) -> bool:
+    """Whether ``path`` is an evaluation's result file (:data:`cselab.pipeline.outputs.RESULT`)."""
+    import re
+
+    return any(re.fullmatch(re.sub(r"\\\{(\w+)\\\}", "[^/]+", re.escape(pattern)), str(path))
+               for pattern in outputs.RESULT.values())

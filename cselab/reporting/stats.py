@@ -413,6 +413,17 @@ def save_pairs(path: str | Path, pairs: dict[str, tuple]) -> None:
 
 
 def load_pairs(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    with np.load(path) as z:
-        cols = dict.fromkeys(k.rsplit(".", 1)[0] for k in z.files)
-        return {c: (z[f"{c}.gold"], z[f"{c}.pred"]) for c in cols}
+    """Per-item gold and predictions (:func:`save_pairs`); a damaged file is one
+    :class:`~cselab.errors.DataError` naming it (:mod:`cselab.evaluation.records`)."""
+    from cselab.evaluation.records import damaged_error, result_problem
+    from cselab.io import reason_of, unreadable_errors
+
+    problem = result_problem(path)
+    if problem is None:
+        try:
+            with np.load(path) as z:
+                cols = dict.fromkeys(k.rsplit(".", 1)[0] for k in z.files)
+                return {c: (z[f"{c}.gold"], z[f"{c}.pred"]) for c in cols}
+        except unreadable_errors() as e:
+            problem = reason_of(e)
+    raise damaged_error(path, problem)

@@ -75,9 +75,10 @@ def metric_of(name: str) -> Metric:
 def load_run(seed: int, score: str | Path, pairs: str | Path | None, summary: str | Path) -> dict:
     """One seed of a point, loaded: ``{"seed", "scores", "pairs", "summary"}`` (``pairs`` None
     for a metric without per-item predictions)."""
+    from cselab.evaluation.records import read_result
     from cselab.reporting.stats import load_pairs
 
-    return {"seed": int(seed), "scores": json.loads(Path(score).read_text())["scores"],
+    return {"seed": int(seed), "scores": read_result(score)["scores"],
             "pairs": None if pairs is None else load_pairs(pairs), "summary": json.loads(Path(summary).read_text())}
 
 

@@ -209,6 +209,7 @@ def _interval_legend(df: pd.DataFrame, shown: Sequence[Comparison]) -> list[str]
 
 def read_results(rows: list[dict]) -> list[dict]:
     """Load each row's result files: ``scores`` from the JSONs, ``pairs`` from the ``.npz`` files."""
+    from cselab.evaluation.records import read_result
     from cselab.reporting.stats import load_pairs
 
     out = []
@@ -218,7 +219,7 @@ def read_results(rows: list[dict]) -> list[dict]:
             if str(path).endswith(".npz"):
                 pairs = {**(pairs or {}), **load_pairs(path)}
             else:
-                result = json.loads(Path(path).read_text())
+                result = read_result(path)
                 scores.update(result["scores"])
                 caps.add(result.get("max_items"))
         out.append({**row, "scores": scores, "pairs": pairs, "max_items": sorted(caps - {None})})

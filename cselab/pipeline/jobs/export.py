@@ -12,6 +12,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from cselab.evaluation.records import read_result
 from cselab.io import atomic_path, write_json, write_text
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
@@ -53,7 +54,7 @@ def mteb_results(smk) -> None:
     exp, sources = smk.wildcards.exp, smk.params.sources
     with run(smk, experiment_id=exp, params={"sources": [result for _, result, _ in sources]}) as r:
         revision = model_fingerprint(model_path(smk.input.model))
-        evaluations = [(kind, json.loads(Path(result).read_text()), json.loads(Path(manifest).read_text()))
+        evaluations = [(kind, read_result(result), json.loads(Path(manifest).read_text()))
                        for kind, result, manifest in sources]
         out = Path(smk.output[0])
         with atomic_path(out) as tmp:
@@ -78,7 +79,7 @@ def mteb_check(smk) -> None:
     with run(smk, params=logged, label="mteb_check") as r:
         root, rows = senteval_root(smk.input.senteval), []
         for exp, files in entries.items():
-            sts = json.loads(Path(files["sts"]).read_text())
+            sts = read_result(files["sts"])
             rows += check_experiment(exp, model_path(files["model"]), sts, root, settings, opts.tolerance)
         write_check(rows, Path(smk.output.csv), Path(smk.output.md))
         for exp in entries:
@@ -109,11 +110,11 @@ def _render_card(smk, spec: ExperimentSpec, summary: dict) -> str:
 
     boot, inp = from_dict(Bootstrap, smk.params.bootstrap, where="evaluation.bootstrap"), smk.input
     n_boot, confidence = boot.n_boot, boot.confidence
-    evaluation = {"sts": json.loads(Path(inp.sts).read_text()),
+    evaluation = {"sts": read_result(inp.sts),
                   "sts_ci": item_intervals(load_pairs(inp.sts_pairs), "spearman", n_boot, confidence),
-                  "stsb_dev": json.loads(Path(inp.stsb_dev).read_text())["scores"]["STS-B dev"]}
+                  "stsb_dev": read_result(inp.stsb_dev)["scores"]["STS-B dev"]}
     if "transfer" in inp.keys():
-        evaluation.update(transfer=json.loads(Path(inp.transfer).read_text()),
+        evaluation.update(transfer=read_result(inp.transfer),
                           transfer_ci=item_intervals(load_pairs(inp.transfer_pairs), "accuracy", n_boot, confidence))
     revision = data_revision(json.loads(Path(inp.senteval).read_text()))
     invocation = os.environ.get(COMMAND_ENV, "snakemake")

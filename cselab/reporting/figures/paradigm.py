@@ -578,9 +578,9 @@ def _sweep_check(options: ComponentSweepOptions, spec: ExperimentSpec) -> str | 
              values=lambda options, spec: float(spec.options[options.parameter]), options=ComponentSweepOptions)
 def draw_component_sweep(inputs: FigureInputs, options: ComponentSweepOptions, out: Out):
     """Figure 6: STS-B dev against one component's value, one experiment per value."""
-    import json
+    from cselab.evaluation.records import read_result
 
-    scores = {label: json.loads(inputs.files[label]["stsb_dev"].read_text())["scores"]["STS-B dev"]
+    scores = {label: read_result(inputs.files[label]["stsb_dev"])["scores"]["STS-B dev"]
               for label in inputs.labels}
     return figure_sweep({inputs.values[label]: scores[label] for label in scores}, options.parameter,
                         **out.kwargs())
