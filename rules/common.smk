@@ -13,6 +13,7 @@ import sys
 from snakemake.exceptions import IncompleteCheckpointException
 
 from cselab.data import beir as cselab_beir
+from cselab.data import senteval as cselab_senteval
 from cselab.errors import CselabError
 from cselab.pipeline import config as cselab_config
 from cselab.pipeline import experiments as cselab_experiments
@@ -48,6 +49,7 @@ wildcard_constraints:
     sweep="|".join(CFG.get("sweeps") or {}) or "no-sweeps",
     strategy="adjacent|overlapping|subsuming",
     fraction=r"0\.[0-9]+",
+    reads="|".join(cselab_senteval.READS),
 
 
 def cfg_call(fn, *args, **kwargs):
@@ -118,6 +120,23 @@ def checked(files):
     reads it (cselab.pipeline.invocation.checked_results). Snakemake's own forcing, as
     ``--forcerun <file>`` would: the DAG being built takes the file among those it forces."""
     return cselab_invocation.checked_results(files, INVOCATION, lambda path: workflow.dag.forcefiles.add(path))
+
+
+def senteval_reads(*names):
+    """The records of the SentEval files a job reads (cselab.data.senteval.READS): its data input."""
+    return [OUT.path(OUT.SENTEVAL_READS, reads=name) for name in names]
+
+
+def senteval_reads_inputs(reads):
+    """What rule senteval_reads (``reads``: its name; None: rule prepare_senteval, every file)
+    reads: the files themselves (a local tree, data.senteval.path: a changed one reruns the job
+    and, after it, the jobs that read them), or, for senteval_reads, the downloaded tree's manifest
+    (one archive)."""
+    path = CFG["data"]["senteval"].get("path")
+    if not path:
+        return {"manifest": OUT.SENTEVAL_MANIFEST} if reads else {}
+    sets = JOBS.job_params(CFG, "senteval_reads", {"reads": reads})["sets"] if reads else None
+    return {"files": cfg_call(lambda cfg: cselab_senteval.planned_files(path, sets))}
 
 
 def model_input(wildcards):

@@ -41,6 +41,8 @@ rule split_corpus:
 
 
 rule prepare_senteval:
+    input:
+        unpack(lambda wc: senteval_reads_inputs(None)),  # a local tree's files: a changed one prepares it again
     output:
         manifest=OUT.SENTEVAL_MANIFEST,
     params:
@@ -56,6 +58,29 @@ rule prepare_senteval:
         "../envs/data.yaml"
     script:
         "../workflow_scripts/prepare_senteval.py"
+
+
+# The SentEval files jobs read, by name (cselab.data.senteval.READS: STS-B dev, STS, ...): each
+# prepared from the files themselves (a local tree) and recorded; a job's data input is the record
+# of what it reads, so a changed file reruns the jobs that read it and no other.
+rule senteval_reads:
+    input:
+        unpack(lambda wc: senteval_reads_inputs(wc.reads)),
+    output:
+        OUT.SENTEVAL_READS,
+    params:
+        **JOBS.rule_params("senteval_reads", CFG),
+    log:
+        OUT.job_log("senteval_reads", "{reads}"),
+    benchmark:
+        OUT.job_benchmark("senteval_reads", "{reads}")
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../envs/data.yaml"
+    script:
+        "../workflow_scripts/senteval_reads.py"
 
 
 rule resolve_plm:
@@ -97,7 +122,7 @@ rule prepare_beir:
 
 rule prepare_stsb_retrieval:
     input:
-        senteval=rules.prepare_senteval.output.manifest,
+        senteval=senteval_reads("stsb-test"),
     output:
         manifest=OUT.STSB_RETRIEVAL_MANIFEST,
     params:

@@ -13,7 +13,7 @@ for _kind in EVAL.kinds():
         name:
             _kind.rule
         input:
-            **EVAL.rule_inputs(_kind, model_input),
+            **EVAL.rule_inputs(_kind, model_input, senteval=lambda kind: senteval_reads(*kind.senteval_reads(CFG))),
         output:
             *_outputs,
             **_named,
@@ -40,7 +40,7 @@ for _kind, _name, _group, _members in EVAL.shared_jobs(BEIR_SHARED):
         name:
             _name
         input:
-            **EVAL.rule_inputs(_kind, model_input, _members),
+            **EVAL.rule_inputs(_kind, model_input, _members, lambda kind: senteval_reads(*kind.senteval_reads(CFG))),
         output:
             EVAL.shared_outputs(_kind, _members),
         params:

@@ -40,7 +40,7 @@ rule mteb_check:
         models=lambda wc: [e["model"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()],
         sts=lambda wc: checked([e["sts"] for e in cselab_targets.mteb_check_inputs(CFG, sweep_winner).values()]),
         sweeps=lambda wc: cselab_targets.mteb_check_sweep_reports(CFG),
-        senteval=rules.prepare_senteval.output.manifest,
+        senteval=senteval_reads("sts"),
     output:
         csv=report(OUT.MTEB_CHECK_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.MTEB_CHECK_MD,
@@ -83,7 +83,7 @@ rule model_card:
 rule export_onnx:
     input:
         model=OUT.MODEL,
-        senteval=rules.prepare_senteval.output.manifest,
+        senteval=senteval_reads("stsb-dev"),
     output:
         onnx=OUT.ONNX,
         check=OUT.ONNX_CHECK,

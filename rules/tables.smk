@@ -33,7 +33,7 @@ rule table:
 rule leakage_audit:
     input:
         unpack(lambda wc: {f"corpus{i}": path for i, path in enumerate(cselab_targets.leakage_corpora(CFG).values())}),
-        senteval=rules.prepare_senteval.output.manifest,
+        senteval=rules.prepare_senteval.output.manifest,  # every task's sentences
     output:
         csv=report(OUT.LEAKAGE_CSV, caption="../report/table.rst", category="Tables"),
         md=report(OUT.LEAKAGE_MD, caption="../report/table.rst", category="Tables"),
@@ -86,7 +86,7 @@ rule protocol_table:
     input:
         models=lambda wc: list(cselab_targets.protocol_checkpoints(CFG, sweep_winner).values()),
         sweeps=lambda wc: cselab_targets.protocol_sweep_reports(CFG),
-        senteval=rules.prepare_senteval.output.manifest,
+        senteval=senteval_reads("sts", "stsb-dev"),
     output:
         csv=report(OUT.PROTOCOLS_CSV, caption="../report/table.rst", category="Tables"),
         md=OUT.PROTOCOLS_MD,

@@ -7,7 +7,7 @@
 rule train:
     input:
         unpack(lambda wc: training_inputs(trained_experiment_spec(wc.exp))),
-        senteval=rules.prepare_senteval.output.manifest,
+        senteval=senteval_reads("stsb-dev"),  # STS-B dev: the checkpoint selection's
     output:
         model=directory(OUT.MODEL),
         curve=OUT.CURVE,

@@ -77,7 +77,8 @@ PREPARED_DATA = {"data": {"corpus": {"path": "data/corpus.txt", "max_lines": 200
                           "senteval": {"path": "data/senteval", "strict_counts": False},
                           "beir": {"path": "data/beir"}},
                  "plms": {"tiny": {"model": "./tiny-bert"}}}
-PREPARED_TARGETS = ["resources/corpus/manifest.json", "resources/senteval/manifest.json", "resources/plms/tiny.json"]
+PREPARED_TARGETS = ["resources/corpus/manifest.json", "resources/senteval/manifest.json", "resources/plms/tiny.json",
+                    "resources/senteval/reads/sts.json", "resources/senteval/reads/stsb-dev.json"]
 
 
 def make_prepared_data(folder: Path) -> None:

@@ -23,9 +23,9 @@ SCOPES: list[tuple[str, set[str]]] = [
     ("mlflow.*", set()),
     ("hub.*", {"push", "push_sweep"}),
     ("cost_plan.*", {"cost_plan"}),
-    ("data_dir", {"prepare_corpus", "prepare_senteval", "prepare_beir", "table", "cost_plan"}),
+    ("data_dir", {"prepare_corpus", "prepare_senteval", "senteval_reads", "prepare_beir", "table", "cost_plan"}),
     ("data.corpus.*", {"prepare_corpus", "table", "cost_plan"}),
-    ("data.senteval.*", {"prepare_senteval", "cost_plan"}),
+    ("data.senteval.*", {"prepare_senteval", "senteval_reads", "cost_plan"}),
     ("data.beir.*", {"prepare_beir", "cost_plan"}),
     ("plms.*.model", {"resolve_plm", *TRAINING}),
     ("plms.*", TRAINING),
@@ -36,7 +36,7 @@ SCOPES: list[tuple[str, set[str]]] = [
     ("sweeps.*", {"sweep", "table", "train", "model_card", "cost_plan"}),  # its points' runs too
     ("evaluation.pooler", {*ENCODING, "protocol_table", "cost_plan"}),
     ("evaluation.max_len", {*ENCODING, "cost_plan"}),
-    ("evaluation.transfer.*", {"evaluate_transfer", "evaluate_transfer_dev", "table", "cost_plan"}),
+    ("evaluation.transfer.*", {"evaluate_transfer", "evaluate_transfer_dev", "senteval_reads", "table", "cost_plan"}),
     ("evaluation.beir.*", {"evaluate_beir", "evaluate_beir_shared_*", "evaluate_stsb_retrieval", "prepare_beir",
                            "table", "leakage_audit", "cost_plan"}),
     ("evaluation.geometry.*", {"evaluate_geometry", "table", "cost_plan"}),
@@ -206,3 +206,30 @@ def set_path(cfg: dict, path: tuple, value: Any) -> dict:
             return out
     node[path[-1]] = value
     return out
+
+
+# -- data files -----------------------------------------------------------------------------------
+
+#: the rules whose jobs may read a SentEval file (its path under the tree, ``fnmatch``), directly
+#: or through a record of it (rule senteval_reads, the tree's manifest): a change to the file may
+#: rerun them and what is built from them, nothing else. Every file: its preparation and the jobs
+#: that read the whole tree (the leakage audit, the exports' data revision).
+WHOLE_TREE = {"senteval_reads", "prepare_senteval", "leakage_audit", "model_card", "mteb_results"}
+DATA_READERS: list[tuple[str, set[str]]] = [
+    ("STS/STSBenchmark/sts-dev.csv", {"train", "evaluate_stsb_dev", "evaluate_stsb_dev_head", "export_onnx",
+                                      "protocol_table", "figure"}),
+    ("STS/STSBenchmark/sts-test.csv", {"evaluate_sts", "prepare_stsb_retrieval", "evaluate_geometry",
+                                       "protocol_table", "figure", "mteb_check"}),
+    ("STS/STSBenchmark/sts-train.csv", set()),
+    ("STS/STS1?-en-test/*", {"evaluate_sts", "protocol_table", "mteb_check"}),
+    ("SICK/SICK_test_annotated.txt", {"evaluate_sts", "protocol_table", "mteb_check"}),
+    ("SICK/*", set()),
+    ("*", {"evaluate_transfer", "evaluate_transfer_dev"}),  # the transfer tasks' folders
+]
+#: the only SentEval file a training reads (STS-B dev: its checkpoint selection)
+TRAINING_READS = "STS/STSBenchmark/sts-dev.csv"
+
+
+def data_readers(relpath: str) -> set[str]:
+    """The rules whose jobs may read the SentEval file ``relpath`` (:data:`DATA_READERS`)."""
+    return WHOLE_TREE | next(rules for pattern, rules in DATA_READERS if fnmatch.fnmatchcase(relpath, pattern))

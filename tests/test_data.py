@@ -327,3 +327,41 @@ def test_verify_real_senteval_tree():
     assert list(got["tasks"]) == KNOWN_TASKS
     for task, expected in EXPECTED_COUNTS.items():
         assert {p: f["rows"] for p, f in got["tasks"][task]["files"].items()} == expected
+
+
+@pytest.mark.parametrize("score", ["nan", "inf", "1.5"])
+def test_a_qrels_score_that_is_no_finite_integer_is_refused_at_preparation(tmp_path, score):
+    """BEIR's relevance labels are integers: ``nan``, ``inf`` (which float() would read) and a
+    fraction are refused when the dataset is prepared, naming the file and the line."""
+    from cselab.data.beir import prepare_beir
+    from tests.helpers import make_beir
+
+    root = make_beir(tmp_path / "toy")
+    qrels = root / "qrels" / "test.tsv"
+    lines = qrels.read_text().splitlines()
+    lines[2] = "\t".join(lines[2].split("\t")[:2] + [score])
+    qrels.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError) as err:
+        prepare_beir("toy", path=root, out_dir=tmp_path / "out", manifest=tmp_path / "m.json",
+                     download_dir=tmp_path / "dl")
+    assert f"BEIR qrels file {qrels}, line 3: score {score!r} is not an integer" in str(err.value)
+
+
+@pytest.mark.parametrize("where", ["gold", "stsb", "sick"])
+def test_a_score_that_is_no_finite_number_is_refused_at_preparation(tmp_path, where):
+    """float() reads "nan" and "inf": a SentEval gold score of either is refused when the tree
+    is prepared, naming the file and the line, before any evaluation averages it."""
+    from tests.helpers import make_senteval, make_transfer
+
+    tree = make_transfer(make_senteval(tmp_path / "senteval"))
+    path, col = {"gold": (tree / "STS" / "STS12-en-test" / "STS.gs.MSRpar.txt", 0),
+                 "stsb": (tree / "STS" / "STSBenchmark" / "sts-dev.csv", 4),
+                 "sick": (tree / "SICK" / "SICK_test_annotated.txt", 3)}[where]
+    lines = path.read_text().splitlines()
+    fields = lines[1].split("\t")
+    fields[col] = "nan"
+    lines[1] = "\t".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError) as err:
+        verify_senteval(tree, KNOWN_TASKS, strict_counts=False)
+    assert f"SentEval file {path} is malformed: line 2: column {col + 1} is 'nan', not a finite score" in str(err.value)

@@ -165,7 +165,7 @@ def test_runs_read_back_through_rest_api(mlflow_server, server_run):
     workdir = server_run
     assert not (workdir / "results" / "mlflow.db").exists(), "the jobs must log to the server, not the local store"
     _, by_rule = runs_by_rule(mlflow_server)
-    assert {r: len(v) for r, v in by_rule.items()} == {"resolve_plm": 1, "prepare_senteval": 1,
+    assert {r: len(v) for r, v in by_rule.items()} == {"resolve_plm": 1, "senteval_reads": 1,
                                                          "evaluate_sts": 1, "table": 1, "invocation": 1}
     for rule, (run,) in by_rule.items():
         tags = kv(run, "tags")

@@ -26,7 +26,7 @@ from cselab.pipeline.config import load_schema, validate
 from cselab.settings import fill_config_defaults
 from cselab.settings.operational import is_operational
 from tests import rerun_oracle as oracle
-from tests.helpers import ROOT, read_yaml
+from tests.helpers import ROOT, make_corpus, make_senteval, make_transfer, read_yaml
 
 
 def _merged(*files: str) -> dict:
@@ -174,7 +174,7 @@ def _jobs_changed_by(raw, jobs, mutate):
     ("a seed added", lambda c: c["seeds"].append(7), {"table", "seed_power", "protocol_table", "figure", "sweep",
                                                       "mteb_check", "cost_plan"}),
     ("a transfer task removed", lambda c: c["evaluation"]["transfer"]["tasks"].remove("TREC"),
-     {"evaluate_transfer", "evaluate_transfer_dev", "table", "cost_plan"}),
+     {"evaluate_transfer", "evaluate_transfer_dev", "senteval_reads", "table", "cost_plan"}),
     ("an experiment added to a table", lambda c: c["tables"]["table1"]["experiments"].append("diffcse-minilm"),
      {"table", "seed_power", "protocol_table", "figure", "mteb_check", "cost_plan"}),
     ("a value added to a sweep's grid", lambda c: c["sweeps"]["smoke-lr-batch"]["grid"]["training.lr"].append(5e-5),
@@ -189,3 +189,61 @@ def test_adding_or_removing_an_element_reruns_only_what_lists_it(plan, case, mut
     raw, jobs = plan
     changed, _ = _jobs_changed_by(raw, jobs, mutate)
     assert changed <= allowed, (case, sorted(changed - allowed))
+
+
+# -- data files: a job's data inputs are the files it reads ------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_plan(tmp_path_factory):
+    """The smoke config on a local SentEval tree and corpus (synthetic, named relative to the
+    folder, as a user's data_dir or data.*.path): every job Snakemake plans for its tables and
+    exports, with its inputs and outputs."""
+    from cselab.pipeline.cost import dry_run
+
+    folder = tmp_path_factory.mktemp("local-plan")
+    make_transfer(make_senteval(folder / "data" / "senteval"))
+    make_corpus(folder / "data" / "corpus.txt", 50)
+    raw = _merged("config.yaml", "configs/smoke.yaml")
+    raw["data"]["senteval"]["path"], raw["data"]["corpus"]["path"] = "data/senteval", "data/corpus.txt"
+    return folder, dry_run([sys.executable, "-m", "snakemake"], str(ROOT / "Snakefile"), raw, ["all", "exports"],
+                           cores=8, workdir=folder)
+
+
+def rebuilt_by(jobs, path: str) -> tuple[set[str], set[str]]:
+    """(the rules of the jobs that take ``path`` as an input, the rules of every job rebuilt after
+    them: Snakemake's own propagation over the planned inputs and outputs)."""
+    readers = [j for j in jobs if path in j.inputs]
+    made, seen = {o for j in readers for o in j.outputs}, set(map(id, readers))
+    queue = list(readers)
+    while queue:
+        job = queue.pop()
+        for other in jobs:
+            if id(other) not in seen and made & set(other.inputs):
+                seen.add(id(other))
+                queue.append(other)
+                made |= set(other.outputs)
+    readers_rules = {j.rule for j in readers}
+    return readers_rules, {j.rule for j in jobs if id(j) in seen}
+
+
+def test_each_senteval_file_reruns_only_the_jobs_that_read_it(local_plan):
+    """Every SentEval file is an input of the jobs that prepare it alone (rule senteval_reads, rule
+    prepare_senteval); the jobs built from those records are the jobs that may read the file
+    (tests/rerun_oracle.py); no training is rebuilt after a file other than STS-B dev's changes."""
+    folder, jobs = local_plan
+    tree = folder / "data" / "senteval"
+    files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file())
+    wrong, planned = [], {j.rule for j in jobs}
+    for rel in files:
+        path = f"data/senteval/{rel}"
+        readers, rebuilt = rebuilt_by(jobs, path)
+        direct = {j.rule for j in jobs if set(j.inputs) & {o for r in jobs if path in r.inputs for o in r.outputs}}
+        if not readers <= {"senteval_reads", "prepare_senteval"}:
+            wrong.append(f"{rel} is read by {sorted(readers)} (not through its record)")
+        if not direct <= oracle.data_readers(rel):
+            wrong.append(f"{rel}'s records are read by {sorted(direct - oracle.data_readers(rel))}")
+        trains = rebuilt & {"train", "pretrain"}
+        if (rel == oracle.TRAINING_READS) != bool(trains):
+            wrong.append(f"{rel} rebuilds {sorted(trains) or 'no training'}")
+    assert not wrong, "\n".join(wrong)
+    assert {"train", "evaluate_sts", "senteval_reads", "evaluate_transfer"} <= planned

@@ -22,7 +22,7 @@ from tests.helpers import clean_console, make_beir, read_yaml
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
 EVALS = ["evaluate_sts", "evaluate_transfer", "evaluate_beir", "evaluate_stsb_retrieval", "evaluate_geometry"]
-RULES = {"prepare_corpus", "prepare_senteval", "prepare_beir", "prepare_stsb_retrieval", "resolve_plm", "train",
+RULES = {"prepare_corpus", "senteval_reads", "prepare_beir", "prepare_stsb_retrieval", "resolve_plm", "train",
          "table", *EVALS, "evaluate_stsb_dev"}
 TABLES = ["table1", "table_transfer", "table_beir", "table_retrieval", "table_geometry", "table_methods"]
 IDS = ["untrained-tiny", "simcse-tiny", "compcse-tiny"]
@@ -170,7 +170,7 @@ def test_mlflow_has_one_run_per_job(workflow_run):
     assert {r: len(by_rule[r]) for r in EVALS} == {"evaluate_sts": 4, "evaluate_transfer": 4, "evaluate_beir": 3,
                                                    "evaluate_stsb_retrieval": 3, "evaluate_geometry": 3}
     assert len(by_rule["evaluate_stsb_dev"]) == 3  # the methods table's STS-B dev column
-    assert len(by_rule["table"]) == len(TABLES) and len(runs) == 5 + 3 + 3 * len(EVALS) + 2 + 3 + len(TABLES)
+    assert len(by_rule["table"]) == len(TABLES) and len(runs) == 8 + 3 + 3 * len(EVALS) + 2 + 3 + len(TABLES)
     # every run: its rule's own script as source, one invocation id for the whole snakemake call
     assert {r.data.tags["snakemake.invocation"] for r in runs} == {runs[0].data.tags["snakemake.invocation"]}
     for run in runs:

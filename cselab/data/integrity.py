@@ -33,31 +33,33 @@ class Verifier:
             self.cache = {}
         self.dirty = False
 
-    def check(self, path: Path, sha256: str, rule: str, size: int | None = None) -> None:
+    def check(self, path: Path, sha256: str, rule: str, size: int | None = None, force: str | None = None) -> None:
         """Raise :class:`DataError` unless ``path`` holds the bytes recorded (``sha256``, and
-        ``size`` when known) when rule ``rule`` prepared it."""
+        ``size`` when known) when rule ``rule`` prepared it (``force``: what to force to accept a
+        new one, the rule by default)."""
         path = Path(path)
+        force = force or rule
         try:
             st = path.stat()
         except OSError:
             raise DataError(f"{path} is missing (rule {rule} prepared it); rebuild it with "
-                            f"snakemake --forcerun {rule} <your target>") from None
+                            f"snakemake --forcerun {force} <your target>") from None
         key = str(path.resolve())
         if self.cache.get(key) == [st.st_size, st.st_mtime_ns, sha256]:
             return
         if size is not None and st.st_size != size:
-            raise self.changed(path, rule, f"{size} bytes", f"{st.st_size} bytes")
+            raise self.changed(path, rule, f"{size} bytes", f"{st.st_size} bytes", force)
         found = sha256_file(path)
         if found != sha256:
-            raise self.changed(path, rule, f"sha256 {sha256[:16]}...", f"sha256 {found[:16]}...")
+            raise self.changed(path, rule, f"sha256 {sha256[:16]}...", f"sha256 {found[:16]}...", force)
         self.cache[key] = [st.st_size, st.st_mtime_ns, sha256]
         self.dirty = True
 
     @staticmethod
-    def changed(path: Path, rule: str, expected: str, found: str) -> DataError:
+    def changed(path: Path, rule: str, expected: str, found: str, force: str | None = None) -> DataError:
         return DataError(f"{path} changed after rule {rule} prepared it: expected {expected}, found {found}. "
-                         f"Restore the file, or accept the new one with snakemake --forcerun {rule} <your target> "
-                         "(everything that used the old one is then rebuilt)")
+                         f"Restore the file, or accept the new one with snakemake --forcerun {force or rule} "
+                         "<your target> (what read the old one is then rebuilt)")
 
     def save(self) -> None:
         if not self.dirty:
@@ -72,19 +74,32 @@ class Verifier:
 
 
 def verify_senteval(manifest: str | Path, tasks: list[str] | None = None) -> Path:
-    """The SentEval root of a ``prepare_senteval`` manifest, every file of ``tasks`` (default:
-    all the manifest lists) checked against the sha256 recorded at preparation."""
+    """The SentEval root of a ``prepare_senteval`` manifest, or of a ``senteval_reads`` record
+    (the files one name of :data:`cselab.data.senteval.READS` covers), every file of ``tasks``
+    (default: all it lists) checked against the sha256 recorded at preparation."""
     manifest = Path(manifest)
     info = json.loads(manifest.read_text())
     root = Path(info["root"])
+    rule, force = ("prepare_senteval", None) if "tasks" in info else ("senteval_reads", str(manifest))
+    records = info["files"] if "files" in info else {
+        rel: record for task, entry in info["tasks"].items() if tasks is None or task in tasks
+        for rel, record in entry["files"].items()}
     verifier = Verifier(manifest.parent / CACHE_NAME)
-    for task, entry in info["tasks"].items():
-        if tasks is not None and task not in tasks:
-            continue
-        for rel, record in entry["files"].items():
-            verifier.check(root / rel, record["sha256"], "prepare_senteval")
+    for rel, record in records.items():
+        verifier.check(root / rel, record["sha256"], rule, force=force)
     verifier.save()
     return root
+
+
+def verify_senteval_inputs(inputs) -> Path:
+    """The SentEval root of a job's ``senteval`` input (the whole tree's manifest, or the records
+    of what it reads: rule senteval_reads), every file they list checked (:func:`verify_senteval`)."""
+    records = [inputs.senteval] if isinstance(inputs.senteval, (str, Path)) else list(inputs.senteval)
+    roots = {verify_senteval(record) for record in records}
+    if len(roots) != 1:
+        raise DataError(f"the SentEval records {', '.join(map(str, records))} name {len(roots)} trees; prepare "
+                        "them again from one with snakemake --forcerun senteval_reads <your target>")
+    return roots.pop()
 
 
 def verify_corpus(manifest: str | Path, corpus: str | Path | None = None) -> Path:

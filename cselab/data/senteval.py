@@ -4,6 +4,7 @@ and verified file by file (expected files, published row counts, STS input/gold 
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,75 @@ def _task_files(task: str) -> list[tuple[str, str]]:
     }
     folder, names, kind = simple[task]
     return [(f"{folder}/{n}", kind) for n in names]
+
+
+#: the SentEval sets a job can read: a task's files (STS12-16, a transfer task), or one split's
+#: file of STS-B (``STSBenchmark/dev``) or SICK (``SICKRelatedness/test``); a job's data inputs are
+#: the files of the sets it reads (:func:`set_files`), so a change to one reruns only its readers
+SPLIT_TASKS = {"STSBenchmark": {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"},
+               "SICKRelatedness": {"train": "SICK_train.txt", "trial": "SICK_trial.txt",
+                                   "test": "SICK_test_annotated.txt"}}
+#: what the STS evaluation reads: STS12-16 whole, STS-B's and SICK-R's test splits
+STS_READS = (*STS_SUBSETS, "STSBenchmark/test", "SICKRelatedness/test")
+#: STS-B dev, the checkpoint-selection set every training reads
+STSB_DEV = "STSBenchmark/dev"
+
+
+def set_files(sets) -> list[str]:
+    """The files (relative to the SentEval root) of ``sets`` (:data:`STS_READS`, ``STSBenchmark/dev``,
+    ``MR``, ...), in order, once each; ``None``: every file of every known task."""
+    if sets is None:
+        sets = [t for t in KNOWN_TASKS if t not in SPLIT_TASKS] + [f"{t}/{split}" for t in SPLIT_TASKS
+                                                                     for split in SPLIT_TASKS[t]]
+    out: list[str] = []
+    for name in sets:
+        task, _, split = name.partition("/")
+        if task not in KNOWN_TASKS or (split and split not in SPLIT_TASKS.get(task, {})) or \
+                (not split and task in SPLIT_TASKS):
+            raise ValueError(f"unknown SentEval set {name!r}: a task of {KNOWN_TASKS}, or "
+                             f"{', '.join(f'{t}/<{chr(124).join(s)}>' for t, s in SPLIT_TASKS.items())}")
+        files = [rel for rel, _ in _task_files(task)]
+        out += [rel for rel in files if not split or rel.endswith("/" + SPLIT_TASKS[task][split])]
+    return list(dict.fromkeys(out))
+
+
+#: the SentEval files jobs read, by name (rule ``senteval_reads`` prepares each, from the files
+#: themselves, and its record is what reading jobs take as their data input): STS-B dev (every
+#: training's checkpoint selection), STS (STS12-16 with STS-B's and SICK-R's test splits), each
+#: STS-B split alone, and ``transfer`` (the configured transfer tasks, :func:`reads_sets`)
+READS = {"sts": STS_READS, "stsb-dev": (STSB_DEV,), "stsb-test": ("STSBenchmark/test",),
+         "stsb-train": ("STSBenchmark/train",), "transfer": None}
+
+
+def reads_sets(reads: str, transfer_tasks=None) -> tuple[str, ...]:
+    """The SentEval sets of the reads ``reads`` (:data:`READS`; ``transfer``: ``transfer_tasks``)."""
+    if reads not in READS:
+        raise ValueError(f"unknown SentEval reads {reads!r}: one of {sorted(READS)}")
+    return tuple(transfer_tasks if reads == "transfer" else READS[reads])
+
+
+def planned_files(path: str, sets) -> list[str]:
+    """The files of ``sets`` (:func:`set_files`) under the local SentEval tree ``path``
+    (``data.senteval.path``, as written: a relative one stays relative to the project folder,
+    which may then move), as a job declares them: its data inputs. A file that is missing is one
+    :class:`DataError` naming it and the setting."""
+    local = Path(path).expanduser()
+    root = local / "downstream" if (local / "downstream").is_dir() else local
+    files = [root / rel for rel in set_files(sets)]
+    missing = next((f for f in files if not f.is_file()), None)
+    if missing is not None:
+        raise DataError(f"SentEval file {missing} is missing (data.senteval.path: {path}), and a job reads it; "
+                        f"{_SENTEVAL_FIX}.")
+    return [str(f) for f in files]
+
+
+def local_root(path: str | Path | None) -> Path | None:
+    """The task folders' root of a local SentEval directory (``data.senteval.path``: the folder
+    itself or its ``downstream/``), as :func:`prepare_senteval` uses it; None without a path."""
+    if not path:
+        return None
+    local = Path(path).expanduser().resolve()
+    return local / "downstream" if (local / "downstream").is_dir() else local
 
 
 # Row counts of SentEval's release, per file: STS12-16 gold = scored pairs (non-blank gold
@@ -165,7 +235,7 @@ def prepare_senteval(
     got = local_or_download("SentEval directory", "data.senteval", path=path, url=url, download_dir=download_dir,
                             local_kind="dir", local_fix="data.senteval.path=/path/to/unpacked/downstream")
     if got.archive is None:
-        root = got.path / "downstream" if (got.path / "downstream").is_dir() else got.path
+        root = local_root(got.path)
     else:
         root = _extract_senteval(got.path, got.archive["sha256"], Path(extract_dir)).resolve()
     verified = verify_senteval(root, tasks, strict_counts)
@@ -189,9 +259,12 @@ def _count_rows(path: Path, kind: str, data: bytes) -> int:
 
     def check_float(i: int, fields: list[bytes], col: int) -> None:
         try:
-            float(fields[col])
+            value = float(fields[col])
         except (ValueError, IndexError):
             raise bad(f"line {i}: column {col + 1} is not a score") from None
+        if not math.isfinite(value):
+            raise bad(f"line {i}: column {col + 1} is {fields[col].strip().decode(errors='replace')!r}, not a "
+                      "finite score")
 
     if kind == "sts_input":
         for i, line in enumerate(lines, 1):
@@ -248,35 +321,72 @@ def verify_senteval(root: Path, tasks: list[str] | None = None, strict_counts: b
         )
     out: dict[str, Any] = {"root": str(root), "tasks": {}}
     for task in tasks:
-        files: dict[str, dict] = {}
-        line_counts: dict[str, int] = {}
-        for relpath, kind in _task_files(task):
-            fpath = root / relpath
-            if not fpath.is_file():
-                raise DataError(f"SentEval file {fpath} is missing (task {task}); {_SENTEVAL_FIX}.")
-            data = fpath.read_bytes()
-            if not data.strip():
-                raise DataError(f"SentEval file {fpath} is empty (task {task}); {_SENTEVAL_FIX}.")
-            rows = _count_rows(fpath, kind, data)
-            line_counts[relpath] = len(data.splitlines())
-            expected = EXPECTED_COUNTS[task].get(relpath)
-            if strict_counts and expected is not None and rows != expected:
-                raise DataError(
-                    f"SentEval file {fpath} (task {task}) has {rows} rows, expected {expected}; "
-                    f"{_STRICT_FIX}."
-                )
-            files[relpath] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": rows}
-        for relpath, kind in _task_files(task):
-            if kind != "sts_input":
-                continue
-            gold = relpath.replace("/STS.input.", "/STS.gs.")
-            if line_counts[relpath] != line_counts[gold]:
-                raise DataError(
-                    f"SentEval files {root / relpath} ({line_counts[relpath]} lines) and "
-                    f"{root / gold} ({line_counts[gold]} lines) are not row-aligned (task {task}); "
-                    f"{_SENTEVAL_FIX}."
-                )
-        out["tasks"][task] = {"files": files}
+        out["tasks"][task] = {"files": _verify_files(root, task, None, strict_counts)}
     return out
+
+
+def verify_sets(root: Path, sets, strict_counts: bool = True) -> dict:
+    """:func:`verify_senteval` of the files of ``sets`` alone (:func:`set_files`: a task, or one
+    split of STS-B or SICK): ``{"root", "sets", "files": {relpath: {"sha256", "rows"}}}``, what a
+    job that reads them checks them against (rule senteval_reads)."""
+    root = Path(root).expanduser().resolve()
+    if not root.is_dir():
+        raise DataError(f"SentEval directory {root} does not exist; {_SENTEVAL_FIX}.")
+    files: dict[str, dict] = {}
+    for name in sets:
+        task, _, split = name.partition("/")
+        files.update(_verify_files(root, task, set_files([name]), strict_counts, split or None))
+    return {"root": str(root), "sets": list(sets), "files": files}
+
+
+def _verify_files(root: Path, task: str, relpaths: list[str] | None, strict_counts: bool,
+                  split: str | None = None) -> dict[str, dict]:
+    """Check ``relpaths`` of ``task`` (None: all its files): each exists, is not empty, has the
+    published rows (``strict_counts``) and reads as its evaluation reads it (:func:`check_readable`);
+    an STS year's input and gold files have as many lines."""
+    files: dict[str, dict] = {}
+    line_counts: dict[str, int] = {}
+    for relpath, kind in _task_files(task):
+        if relpaths is not None and relpath not in relpaths:
+            continue
+        fpath = root / relpath
+        if not fpath.is_file():
+            raise DataError(f"SentEval file {fpath} is missing (task {task}); {_SENTEVAL_FIX}.")
+        data = fpath.read_bytes()
+        if not data.strip():
+            raise DataError(f"SentEval file {fpath} is empty (task {task}); {_SENTEVAL_FIX}.")
+        rows = _count_rows(fpath, kind, data)
+        line_counts[relpath] = len(data.splitlines())
+        expected = EXPECTED_COUNTS[task].get(relpath)
+        if strict_counts and expected is not None and rows != expected:
+            raise DataError(f"SentEval file {fpath} (task {task}) has {rows} rows, expected {expected}; "
+                            f"{_STRICT_FIX}.")
+        files[relpath] = {"sha256": hashlib.sha256(data).hexdigest(), "rows": rows}
+    for relpath in list(line_counts):
+        gold = relpath.replace("/STS.input.", "/STS.gs.")
+        if gold != relpath and gold in line_counts and line_counts[relpath] != line_counts[gold]:
+            raise DataError(f"SentEval files {root / relpath} ({line_counts[relpath]} lines) and "
+                            f"{root / gold} ({line_counts[gold]} lines) are not row-aligned (task {task}); "
+                            f"{_SENTEVAL_FIX}.")
+    check_readable(root, task, split)
+    return files
+
+
+def check_readable(root: Path, task: str, split: str | None = None) -> None:
+    """Read ``task`` (one ``split`` of STS-B or SICK) as its evaluation will (:mod:`cselab.data.tasks`):
+    a line the evaluation would refuse (a score that is no finite number, a label that is not the
+    task's) is refused now, at preparation, naming the file and the line."""
+    from cselab.data import tasks as loaders
+
+    if task == "STSBenchmark":
+        for one in [split] if split else loaders.STSB_SPLITS:
+            loaders.load_stsb(root, one)
+    elif task == "SICKRelatedness":
+        for one in [split] if split else loaders.SICK_SPLITS:
+            loaders.load_sick(root, one)
+    elif task in STS_SUBSETS:
+        loaders.load_sts_year(root, task)
+    else:
+        loaders.load_transfer_task(root, task)
 
 

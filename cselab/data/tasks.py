@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -68,10 +69,14 @@ def _read_lines(path: Path) -> list[str]:
 
 def _float(value: str, path: Path, lineno: int) -> float:
     try:
-        return float(value)
+        score = float(value)
     except ValueError:
         raise DataError(f"{path}, line {lineno}: score {value!r} is not a number; the file is "
                         f"corrupt: {_FIX}") from None
+    if not math.isfinite(score):  # float() reads "nan" and "inf": every score would then be NaN
+        raise DataError(f"{path}, line {lineno}: score {value!r} is not a finite number; the file is "
+                        f"corrupt: {_FIX}")
+    return score
 
 
 def load_sts_year(root: str | Path, task: str) -> list[Subset]:

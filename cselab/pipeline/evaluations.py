@@ -28,12 +28,17 @@ def shared_jobs(shared: dict[str, list[str]]) -> list[tuple[EvaluationKind, str,
             for k in kinds() if k.per_dataset for group, members in shared.items()]
 
 
-def rule_inputs(kind: EvaluationKind, model: Any, members: list[str] | None = None) -> dict:
+def rule_inputs(kind: EvaluationKind, model: Any, members: list[str] | None = None,
+                senteval: Callable[[EvaluationKind], list[str]] | None = None) -> dict:
     """The rule's inputs; ``model``: what the workflow reads as the experiment's model (an input
-    function); ``members``: a shared-corpus job's BEIR datasets (one manifest each)."""
+    function); ``members``: a shared-corpus job's BEIR datasets (one manifest each); ``senteval``:
+    the records of what a kind reading SentEval reads (:meth:`EvaluationKind.senteval_reads`;
+    without it, or for a kind that declares none, the whole tree's manifest)."""
     out = {}
     for key, what in kind.inputs.items():
-        if what.startswith("result:"):
+        if what == "senteval" and senteval is not None and kind.senteval is not None:
+            out[key] = senteval(kind)
+        elif what.startswith("result:"):
             out[key] = outputs.RESULT[what.removeprefix("result:")]
         elif what == "model":
             out[key] = model

@@ -219,6 +219,15 @@ def _prepare_senteval(cfg, wc):
             "download_dir": outputs.DOWNLOADS}
 
 
+@job_spec("senteval_reads", "source", "sets")
+def _senteval_reads(cfg, wc):
+    from cselab.data.senteval import reads_sets
+    from cselab.settings import typed_config
+
+    tasks = typed_config(cfg).evaluation.transfer.tasks
+    return {"source": cfg["data"]["senteval"], "sets": list(reads_sets(wc["reads"], list(tasks)))}
+
+
 @job_spec("resolve_plm", "model")
 def _resolve_plm(cfg, wc):
     return {"model": cfg["plms"][wc["plm"]]["model"]}

@@ -16,6 +16,7 @@ CORPUS = "resources/corpus/corpus.txt"
 CORPUS_MANIFEST = "resources/corpus/manifest.json"
 SENTEVAL_MANIFEST = "resources/senteval/manifest.json"
 SENTEVAL_TREE = "resources/senteval/tree"
+SENTEVAL_READS = "resources/senteval/reads/{reads}.json"  # the files jobs read, by name (rule senteval_reads)
 DOWNLOADS = "resources/downloads"
 BEIR_MANIFEST = "resources/beir/{dataset}/manifest.json"
 BEIR_DATA = "resources/beir/{dataset}/data"

@@ -42,7 +42,9 @@ class EvaluationKind:
     the schema and passed as ``params.<name>``. ``resources``: the rule's; a callable value gets
     (BEIR datasets of the job, config). ``encodes``: the :data:`cselab.reporting.cost.EVAL_SETS`
     entry it encodes (or a callable of the config naming it), its default price; None: the job's
-    start alone."""
+    start alone. ``senteval``: what a kind reading ``senteval`` reads of it, by name
+    (:data:`cselab.data.senteval.READS`; a callable of the config): the records of those files are
+    its data inputs, so a change to another file reruns it not; None: the whole tree's manifest."""
 
     name: str
     job: Callable
@@ -53,6 +55,7 @@ class EvaluationKind:
     threads: int = 8
     resources: dict[str, Any] = field(default_factory=lambda: {"mem_mb": 8000, "runtime": 60})
     encodes: str | Callable[[dict], str] | None = None
+    senteval: tuple[str, ...] | Callable[[dict], tuple[str, ...]] | None = None
 
     @property
     def rule(self) -> str:
@@ -83,6 +86,10 @@ class EvaluationKind:
     def eval_set(self, cfg: dict) -> str | None:
         return self.encodes(cfg) if callable(self.encodes) else self.encodes
 
+    def senteval_reads(self, cfg: dict) -> tuple[str, ...] | None:
+        """What of SentEval the kind's job reads (:data:`cselab.data.senteval.READS`; None: all of it)."""
+        return tuple(self.senteval(cfg)) if callable(self.senteval) else self.senteval
+
 
 def config_section(cfg: dict, name: str) -> dict:
     """The config's plain ``evaluation.<name>`` section (empty if absent): what a kind's params
@@ -105,7 +112,7 @@ _SCANNED = False
 
 def evaluation(name: str, *, results: Mapping[str, str], inputs: Mapping[str, str] | None = None,
                params: Mapping[str, Any] | None = None, settings: type | None = None, threads: int = 8,
-               resources: Mapping[str, Any] | None = None, encodes=None):
+               resources: Mapping[str, Any] | None = None, encodes=None, senteval=None):
     """Register the decorated job function as evaluation kind ``name`` (:class:`EvaluationKind`)."""
     inputs = dict(inputs) if inputs is not None else {"model": "model", "senteval": "senteval"}
     unknown = [v for v in inputs.values() if v not in INPUTS and not v.startswith("result:")]
@@ -118,7 +125,8 @@ def evaluation(name: str, *, results: Mapping[str, str], inputs: Mapping[str, st
 
     def register(job):
         kind = EvaluationKind(name, job, dict(results), inputs, dict(params or {}), settings, threads,
-                              dict(resources) if resources is not None else {"mem_mb": 8000, "runtime": 60}, encodes)
+                              dict(resources) if resources is not None else {"mem_mb": 8000, "runtime": 60}, encodes,
+                              tuple(senteval) if isinstance(senteval, (list, tuple)) else senteval)
         known = {r: k.name for k in _KINDS.values() if k.name != name for r in k.results}
         taken = [r for r in kind.results if r in known]
         if taken:

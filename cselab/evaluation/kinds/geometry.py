@@ -13,15 +13,16 @@ def _geometry(cfg: dict):
 
 @evaluation("geometry", results={"geometry": "geometry.json"},
             params={"geometry": lambda cfg: config_section(cfg, "geometry")},
-            encodes=lambda cfg: f"stsb_{_geometry(cfg).split}")
+            encodes=lambda cfg: f"stsb_{_geometry(cfg).split}",
+            senteval=lambda cfg: [f"stsb-{_geometry(cfg).split}"])
 def geometry(smk):
-    from cselab.data.integrity import verify_senteval
+    from cselab.data.integrity import verify_senteval_inputs
     from cselab.data.tasks import load_stsb
     from cselab.evaluation.geometry import align_uniform
     from cselab.settings import from_dict
     from cselab.settings.evaluation import Geometry
 
-    root, opts = verify_senteval(smk.input.senteval), smk.params.geometry
+    root, opts = verify_senteval_inputs(smk.input), smk.params.geometry
     settings = from_dict(Geometry, opts, where="evaluation.geometry")
 
     def compute(m) -> dict:

@@ -11,26 +11,26 @@ def _transfer_settings(cfg: dict) -> dict:
 
 
 @evaluation("transfer", results={"transfer": "transfer.json", "transfer_pairs": "transfer_pairs.npz"},
-            params={"transfer": _transfer_settings}, resources={"mem_mb": 16000, "runtime": 120})
+            params={"transfer": _transfer_settings}, resources={"mem_mb": 16000, "runtime": 120}, senteval=["transfer"])
 def transfer(smk):
-    from cselab.data.integrity import verify_senteval
+    from cselab.data.integrity import verify_senteval_inputs
     from cselab.evaluation import transfer
 
-    root, opts = verify_senteval(smk.input.senteval), smk.params.transfer
+    root, opts = verify_senteval_inputs(smk.input), smk.params.transfer
     return (lambda m: transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts)), {"transfer": opts}
 
 
 # the transfer tasks' development accuracies under SentEval's dev protocol ("fast" parameters)
 @evaluation("transfer_dev", results={"transfer_dev": "transfer_dev.json"}, params={"transfer": _transfer_settings},
-            resources={"mem_mb": 16000, "runtime": 120})
+            resources={"mem_mb": 16000, "runtime": 120}, senteval=["transfer"])
 def transfer_dev(smk):
     """The transfer tasks' development accuracies under SentEval's dev protocol (the "fast"
     parameters SimCSE's and DiffCSE's ``--mode dev`` use): DiffCSE Tables 3-6 and 15's
     "Avg. transfer". The embeddings are the test-mode evaluation's cached ones."""
-    from cselab.data.integrity import verify_senteval
+    from cselab.data.integrity import verify_senteval_inputs
     from cselab.evaluation import transfer
 
-    root, opts = verify_senteval(smk.input.senteval), {**smk.params.transfer, "mode": transfer.DEV_MODE}
+    root, opts = verify_senteval_inputs(smk.input), {**smk.params.transfer, "mode": transfer.DEV_MODE}
 
     def compute(m):
         result = transfer.evaluate_transfer(m.encode_fn("transfer"), root, **opts)

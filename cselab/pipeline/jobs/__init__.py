@@ -46,14 +46,6 @@ def encoder_settings(smk) -> dict:
     return {**smk.params.settings, **operations(smk).encoding}
 
 
-def senteval_root(manifest: str | Path) -> Path:
-    """The SentEval root of a ``prepare_senteval`` manifest, every file checked against the
-    sha256 recorded when it was prepared (:mod:`cselab.data.integrity`)."""
-    from cselab.data.integrity import verify_senteval
-
-    return verify_senteval(manifest)
-
-
 #: when the job's process started (a job the warm host runs: its client's start, not the fork's)
 PROCESS_START: list[float | None] = [None]
 

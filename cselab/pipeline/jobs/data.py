@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cselab.io import write_json
-from cselab.pipeline.jobs import run, senteval_root
+from cselab.data.integrity import verify_senteval_inputs
+from cselab.pipeline.jobs import run
 
 
 
@@ -44,6 +45,23 @@ def prepare_senteval(smk) -> None:
         r.log_artifact(smk.output.manifest)
 
 
+def senteval_reads(smk) -> None:
+    """The SentEval files that jobs read under one name (``reads``: STS-B dev, STS, ...),
+    verified as rule prepare_senteval verifies the tree and recorded: what those jobs check them
+    against (:mod:`cselab.data.integrity`)."""
+    import json
+
+    from cselab.data.senteval import local_root, verify_sets
+
+    src, name = smk.params.source, smk.wildcards.reads
+    with run(smk, params={"senteval": src, "sets": smk.params.sets}, label=name) as r:
+        root = local_root(src.get("path")) or Path(json.loads(Path(smk.input.manifest).read_text())["root"])
+        record = verify_sets(root, smk.params.sets, src["strict_counts"])
+        write_json(smk.output[0], {"reads": name, **record})
+        r.log_metrics({"files": len(record["files"]), "rows": sum(f["rows"] for f in record["files"].values())})
+        r.log_artifact(smk.output[0])
+
+
 def resolve_plm(smk) -> None:
     from transformers import AutoConfig
 
@@ -76,7 +94,7 @@ def prepare_stsb_retrieval(smk) -> None:
     from cselab.data.beir import stsb_retrieval_dataset
 
     with run(smk, label="stsb") as r:
-        root = stsb_retrieval_dataset(senteval_root(smk.input.senteval), Path(smk.params.out_dir))
+        root = stsb_retrieval_dataset(verify_senteval_inputs(smk.input), Path(smk.params.out_dir))
         manifest = prepare("stsb_retrieval", url=None, path=str(root), out_dir=Path(smk.params.out_dir),
                            manifest=Path(smk.output.manifest), download_dir=Path(smk.params.download_dir))
         r.log_metrics({k: v for k, v in manifest.get("counts", {}).items() if isinstance(v, (int, float))})

@@ -16,7 +16,8 @@ from cselab.evaluation.records import read_result
 from cselab.io import atomic_path, write_json, write_text
 from cselab.models.checkpoints import model_path
 from cselab.pipeline import outputs
-from cselab.pipeline.jobs import encoder_settings, run, senteval_root
+from cselab.data.integrity import verify_senteval_inputs
+from cselab.pipeline.jobs import encoder_settings, run
 from cselab.settings import evaluation_settings, from_dict
 from cselab.settings.evaluation import Bootstrap
 from cselab.settings.sections import Card, MtebCheck, Onnx
@@ -77,7 +78,7 @@ def mteb_check(smk) -> None:
     settings = evaluation_settings(encoder_settings(smk))
     logged = {"mteb_check": smk.params.options, "evaluation": encoder_settings(smk)}
     with run(smk, params=logged, label="mteb_check") as r:
-        root, rows = senteval_root(smk.input.senteval), []
+        root, rows = verify_senteval_inputs(smk.input), []
         for exp, files in entries.items():
             sts = read_result(files["sts"])
             rows += check_experiment(exp, model_path(files["model"]), sts, root, settings, opts.tolerance)
@@ -140,7 +141,7 @@ def export_onnx(smk) -> None:
     with run(smk, experiment_id=exp, params={"onnx": smk.params.options, "evaluation": encoder_settings(smk)}) as r:
         model_dir = model_path(smk.input.model)
         info = write_onnx(model_dir, Path(smk.output.onnx), opset=opts.opset)
-        dev = stsb_dev(senteval_root(smk.input.senteval))
+        dev = stsb_dev(verify_senteval_inputs(smk.input))
         sentences = list(dict.fromkeys([*dev.sent1, *dev.sent2]))
         check = compare_with_torch(model_dir, Path(smk.output.onnx), sentences, settings.pooler,
                                    max_len=settings.max_len, atol=opts.atol)

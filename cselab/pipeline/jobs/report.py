@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cselab.pipeline import outputs
-from cselab.pipeline.jobs import encoder_settings, run, senteval_root
+from cselab.data.integrity import verify_senteval_inputs
+from cselab.pipeline.jobs import encoder_settings, run
 from cselab.settings import from_dict, to_plain
 from cselab.settings.entries import Figure, Table
 from cselab.settings.evaluation import Bootstrap, Protocols, SeedPower
@@ -55,7 +56,7 @@ def leakage_audit(smk) -> None:
     corpora, n = smk.params.corpora, smk.params.ngram
     with run(smk, params={"ngram": n, "corpora": corpora, "beir": sorted(smk.params.beir)},
              label="table_leakage") as r:
-        sets = evaluation_sets(senteval_root(smk.input.senteval), {d: Path(p) for d, p in smk.params.beir.items()})
+        sets = evaluation_sets(verify_senteval_inputs(smk.input), {d: Path(p) for d, p in smk.params.beir.items()})
         rows = audit({label: Path(path) for label, path in corpora.items()}, sets, n)
         write_leakage(rows, Path(smk.output.csv), Path(smk.output.md), n)
         for label in corpora:
@@ -96,7 +97,7 @@ def protocol_table(smk) -> None:
     from cselab.reporting.tables import write_protocols
 
     opts = from_dict(Protocols, smk.params.options, where="evaluation.protocols")
-    root = senteval_root(smk.input.senteval)
+    root = verify_senteval_inputs(smk.input)
     with run(smk, params={"protocols": smk.params.options}, label="table_protocols") as r:
         rows = []
         for exp_id, model in smk.params.checkpoints.items():
@@ -121,7 +122,7 @@ def figure(smk) -> None:
     inputs = FigureInputs(
         labels={label: exp_id for label, exp_id, _ in entries},
         files={label: {read: Path(smk.input[f"{key}_{read}"]) for read in kind.reads} for label, _, key in entries},
-        settings=encoder_settings(smk), cache=Path(outputs.EMBEDDING_CACHE), senteval=senteval_root(smk.input.senteval),
+        settings=encoder_settings(smk), cache=Path(outputs.EMBEDDING_CACHE), senteval=verify_senteval_inputs(smk.input),
         heldout=Path(smk.input.heldout) if "heldout" in smk.input.keys() else None, values=smk.params.values)
     with run(smk, params={"figure": fig}, label=name) as r:
         kind.draw(inputs, kind.typed(fig, where=f"figures.{name}"), Out(Path(smk.output.png), Path(smk.output.csv), spec.title, name))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
-from cselab.pipeline.jobs import operations, run, senteval_root, time_breakdown
+from cselab.data.integrity import verify_senteval_inputs
+from cselab.pipeline.jobs import operations, run, time_breakdown
 from cselab.settings import training_settings
 from cselab.settings.spec import ExperimentSpec
 
@@ -158,7 +159,7 @@ def train(smk) -> None:
     # operational settings (checkpoint_steps, devices...) are read here, not from params: changing them must not retrain
     ops = operations(smk, spec).training
     out_dir = Path(smk.output.summary).parent
-    dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
+    dev_score = partial(stsb_dev_score, senteval=verify_senteval_inputs(smk.input),
                         batch_size=training_settings(ops).dev_batch_size)
     with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
