@@ -84,6 +84,17 @@ def write_with(path: str | Path, save: Callable[[Path], object]) -> None:
         save(tmp)
 
 
+def as_recorded(path: str | Path) -> str:
+    """A path as a record (a data manifest) stores it: relative to the working directory (a job's:
+    the project folder) when it lies inside it, so the folder can be moved or copied and its
+    records still name its own files; absolute otherwise."""
+    full = Path(path).expanduser().resolve()
+    try:
+        return str(full.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(full)
+
+
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file, read in chunks."""
     h = hashlib.sha256()

@@ -167,7 +167,7 @@ def figure_inputs(figure):
 
 onstart:
     from cselab.pipeline.locks import hold_invocation
-    from cselab.pipeline.tracking import init_store, resolve_tracking_uri
+    from cselab.pipeline.tracking import init_store, relocate_artifacts, resolve_tracking_uri
 
     try:  # one live invocation per folder (Snakemake's own lock files can be deleted under it)
         if workflow.is_main_process:
@@ -176,6 +176,10 @@ onstart:
         raise UserError(str(e))
 
     try:  # an unreachable tracking server stops the workflow here, before any job
-        init_store(resolve_tracking_uri(CFG), typed_config(CFG).mlflow.experiment_name)
+        uri = resolve_tracking_uri(CFG)
+        moved = relocate_artifacts(uri)  # a moved or copied folder: its artifacts are its own again
+        if moved:
+            print(f"cselab: {moved}", file=sys.stderr)
+        init_store(uri, typed_config(CFG).mlflow.experiment_name)
     except CselabError as e:
         raise UserError(str(e))

@@ -340,6 +340,44 @@ def test_damaged_results_are_rebuilt_before_the_table_reads_them(reference, tmp_
                "table rebuilt (not removed first), same rows", line, "-", 0)
 
 
+# -- a moved or copied folder ---------------------------------------------------------------------------
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["mv", "cp -a"])
+def test_a_moved_or_copied_project_writes_only_inside_itself(reference, tmp_path, how):
+    """A built project moved (``mv``) or copied (``cp -a``) elsewhere, then a table rebuilt there:
+    the invocation's start points the MLflow store's artifact locations at the folder it is in,
+    with one line; nothing is written in the first folder (after ``mv``: it is not made again);
+    the old runs' artifacts, which travelled with the folder, are found again."""
+    from mlflow.tracking import MlflowClient
+
+    original = copy_of(reference, tmp_path)  # a project of its own: its store names its own folder
+    before = snapshot(original)
+    moved = tmp_path / "elsewhere" / "project"
+    moved.parent.mkdir()
+    subprocess.run(["mv", str(original), str(moved)] if how == "mv" else ["cp", "-a", str(original), str(moved)],
+                   check=True)
+    proc = run_smk(moved, "--forcerun", "table", "--", "results/table1.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if "kept its artifacts in" in x]
+    assert (original / "results" / "mlartifacts").resolve().as_uri() in line and moved.resolve().as_uri() in line
+    assert not original.exists() if how == "mv" else snapshot(original) == before
+    client = MlflowClient(f"sqlite:///{moved}/results/mlflow.db")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert runs and all(r.info.artifact_uri.startswith(moved.resolve().as_uri() + "/") for r in runs)
+    (train,) = [r for r in runs if r.data.tags.get("rule") == "train"]
+    got = Path(client.download_artifacts(train.info.run_id, "curve.csv", str(tmp_path / "dl")))
+    assert got.read_bytes() == (moved / "results" / "experiments" / EXP / "curve.csv").read_bytes()
+    assert table(moved) == table(reference)
+    record(f"project folder {'moved (mv)' if how == 'mv' else 'copied (cp -a)'}, then a table rebuilt",
+           "artifact locations corrected at the start; 0 bytes written in the old folder; old artifacts found",
+           line.split("cselab: ")[-1], "-", 0)
+
+
 # -- tracking outage --------------------------------------------------------------------------------
 
 def start_server(port: int, root: Path) -> subprocess.Popen:

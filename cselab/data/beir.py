@@ -20,7 +20,7 @@ from typing import Iterator
 
 from cselab.data.download import extract_once, local_or_download, safe_extract
 from cselab.errors import DataError
-from cselab.io import write_json, write_text
+from cselab.io import as_recorded, write_json, write_text
 from cselab.settings import from_dict
 from cselab.settings.evaluation import Beir
 
@@ -323,7 +323,8 @@ def prepare_beir(
     root, source, archive, fix = _locate_beir(name, url, path, Path(out_dir), Path(download_dir), split, sha256,
                                               disk_mb)
     verified = _verify_subsets(name, root, split, fix, max_dangling_qrels)
-    result = {"name": name, "source": source, "archive": archive, "root": str(root), "split": split, **verified}
+    result = {"name": name, "source": source, "archive": archive, "root": as_recorded(root), "split": split,
+              **verified}
     write_json(Path(manifest), result)
     return result
 

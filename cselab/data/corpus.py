@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cselab.data.download import local_or_download, url_basename
 from cselab.errors import DataError
-from cselab.io import open_atomic, write_json
+from cselab.io import as_recorded, open_atomic, write_json
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def prepare_corpus(
     full = got.archive is not None and max_lines is None and url_basename(url) == CORPUS_FILENAME
     st = got.path.stat()
     result = {"source": got.source, **_clean_corpus(got.path, Path(out_txt), max_lines, full),
-              "max_lines": max_lines, "source_path": str(got.path.resolve()), "source_bytes": st.st_size,
+              "max_lines": max_lines, "source_path": as_recorded(got.path), "source_bytes": st.st_size,
               "source_mtime_ns": st.st_mtime_ns, "out_bytes": Path(out_txt).stat().st_size}
     write_json(manifest, result)
     return result

@@ -10,7 +10,7 @@ from typing import Any
 
 from cselab.data.download import extract_once, local_or_download, safe_extract
 from cselab.errors import DataError
-from cselab.io import write_json
+from cselab.io import as_recorded, write_json
 
 #: STS task names, in the order papers print their STS table.
 STS_TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
@@ -308,7 +308,8 @@ def verify_senteval(root: Path, tasks: list[str] | None = None, strict_counts: b
     tab-separated sentences per line. With ``strict_counts`` the row counts must equal
     :data:`EXPECTED_COUNTS`.
 
-    Returns ``{"root": abs path, "tasks": {task: {"files": {relpath: {"sha256", "rows"}}}}}``.
+    Returns ``{"root", "tasks": {task: {"files": {relpath: {"sha256", "rows"}}}}}`` (``root``:
+    relative to the working directory when it lies inside it, :func:`cselab.io.as_recorded`).
     """
     root = Path(root).expanduser().resolve()
     if not root.is_dir():
@@ -319,7 +320,7 @@ def verify_senteval(root: Path, tasks: list[str] | None = None, strict_counts: b
         raise DataError(
             f"Unknown SentEval task(s) {unknown} in data.senteval.tasks; known: {KNOWN_TASKS}."
         )
-    out: dict[str, Any] = {"root": str(root), "tasks": {}}
+    out: dict[str, Any] = {"root": as_recorded(root), "tasks": {}}
     for task in tasks:
         out["tasks"][task] = {"files": _verify_files(root, task, None, strict_counts)}
     return out
@@ -336,7 +337,7 @@ def verify_sets(root: Path, sets, strict_counts: bool = True) -> dict:
     for name in sets:
         task, _, split = name.partition("/")
         files.update(_verify_files(root, task, set_files([name]), strict_counts, split or None))
-    return {"root": str(root), "sets": list(sets), "files": files}
+    return {"root": as_recorded(root), "sets": list(sets), "files": files}
 
 
 def _verify_files(root: Path, task: str, relpaths: list[str] | None, strict_counts: bool,

@@ -224,6 +224,9 @@ def init_store(uri: str, experiment_name: str) -> str:
     from cselab.io import quiet_third_party_loggers
 
     quiet_third_party_loggers()  # MLflow's "Creating initial MLflow database tables" stays off the console
+    moved = relocate_artifacts(uri)  # the invocation's start has said it already (rules/common.smk)
+    if moved:
+        log.info("%s", moved)
     with _store_lock(uri), _readable_store(uri):
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment_name)
@@ -236,6 +239,47 @@ def init_store(uri: str, experiment_name: str) -> str:
             return client.create_experiment(experiment_name, artifact_location=location)
         except MlflowException:  # created meanwhile by another process
             return client.get_experiment_by_name(experiment_name).experiment_id
+
+
+#: the columns of a local store that hold where artifacts live (MLflow writes them absolute)
+ARTIFACT_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                    ("logged_models", "artifact_location"))
+
+
+def relocate_artifacts(uri: str) -> str | None:
+    """A local store (``sqlite:///results/mlflow.db``) whose experiments keep their artifacts in
+    another folder's ``results/mlartifacts`` (the project folder was moved or copied: MLflow
+    records absolute locations) is pointed back at this folder's, so nothing is written outside
+    it and the old runs' artifacts (moved or copied with it) are found again; returns the one line
+    that says so, or None when there was nothing to correct (or no such store)."""
+    import sqlite3
+
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    if not db.is_file():
+        return None
+    here = (db.resolve().parent / "mlartifacts").as_uri()
+    with _store_lock(uri), contextlib.closing(sqlite3.connect(db)) as con:
+        try:
+            found = [row[0] for row in con.execute("SELECT artifact_location FROM experiments")]
+        except sqlite3.Error:
+            return None  # not an MLflow store yet: init_store names a damaged one
+        old = sorted({loc for loc in found if loc and loc.startswith("file://") and loc.endswith("/mlartifacts")
+                      and loc != here})
+        if not old:
+            return None
+        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        runs = 0
+        with con:
+            for prefix in old:
+                for table, column in ARTIFACT_COLUMNS:
+                    if table in tables:
+                        cur = con.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                          f"WHERE substr({column}, 1, ?) = ?", (here, len(prefix) + 1, len(prefix), prefix))
+                        runs += cur.rowcount if table == "runs" else 0
+    return (f"the MLflow store {db} kept its artifacts in {', '.join(old)} (the project folder was moved or copied): "
+            f"its experiments and {runs} run(s) now keep them in {here}")
 
 
 #: where a training job keeps the MLflow calls a tracking outage kept from the server
