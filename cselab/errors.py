@@ -5,6 +5,8 @@ raises a :class:`CselabError` whose message names the culprit and the fix. Workf
 turn it into one clear line on stderr and a non-zero exit instead of a traceback.
 """
 
+import contextlib
+import errno
 import functools
 import json
 
@@ -35,6 +37,77 @@ class NumericError(CselabError, FloatingPointError):
 
 class TrackingError(CselabError):
     """The MLflow tracking server cannot be reached (names the server and the ways out)."""
+
+
+class StorageError(CselabError):
+    """A file that cannot be written: the disk is full, read-only or over its quota (names the
+    path, the cause, and the space needed where known)."""
+
+
+#: the errors of a file that cannot be written, in words
+STORAGE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
+                  errno.EROFS: "the file system is read-only", errno.EFBIG: "the file is larger than allowed",
+                  errno.EACCES: "permission denied"}
+
+
+def storage_error(e: BaseException, path=None, need=None) -> StorageError | None:
+    """The :class:`StorageError` that ``e`` means, or None: an ``OSError`` of :data:`STORAGE_ERRNOS`
+    in its chain (torch's checkpoint writer, for one, raises a ``RuntimeError`` around it), named
+    with its file (else ``path``), the space free there and ``need`` (bytes, or a callable giving
+    them) where known. Without such an ``OSError``, a failure to write ``path`` where less than
+    ``need`` is free is the disk being full too (a writer that kept only its own message)."""
+    import os
+    import shutil
+
+    cause = next((x for x in _chain(e) if isinstance(x, OSError) and x.errno in STORAGE_ERRNOS), None)
+    where = str(getattr(cause, "filename", None) or path or os.getcwd())
+    need = need() if callable(need) else need
+    free = _free_bytes(where, shutil)
+    if cause is None and not (path is not None and need is not None and free is not None and free < need):
+        return None
+    code = cause.errno if cause is not None else errno.ENOSPC
+    full = code in (errno.ENOSPC, errno.EDQUOT)
+    space = (f"; {free / 1e6:,.1f} MB free there" if full and free is not None else "") + \
+        (f", about {need / 1e6:,.1f} MB needed" if full and need else "")
+    fix = ("free space there" if full else "raise the file size limit (ulimit -f)" if code == errno.EFBIG
+           else "make it writable")
+    verb = "cannot open" if code == errno.EACCES else "cannot write"
+    return StorageError(f"{verb} {where}: {STORAGE_ERRNOS[code]}{space}. {fix.capitalize()} and rerun: what was "
+                        "written whole before (outputs, the last good checkpoint) is kept, nothing partial is")
+
+
+def _chain(e: BaseException):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _free_bytes(where: str, shutil) -> int | None:
+    from pathlib import Path
+
+    for folder in (Path(where), *Path(where).parents):
+        try:
+            return shutil.disk_usage(folder).free
+        except OSError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def named_storage_errors(path=None, need=None):
+    """A block whose failure to write a file (:func:`storage_error`) becomes one
+    :class:`StorageError` naming it; any other error passes unchanged."""
+    try:
+        yield
+    except CselabError:
+        raise
+    except Exception as e:  # noqa: BLE001 (torch wraps the OSError in its own error)
+        named = storage_error(e, path, need)
+        if named is None:
+            raise
+        raise named from e
 
 
 # -- one message per schema violation -------------------------------------------------------------

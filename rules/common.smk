@@ -33,8 +33,8 @@ try:
         [str(p) for p in workflow.configfiles], [str(p) for p in workflow.config_settings.configfiles],
         workflow.config_settings.config))
     cselab_invocation.set_up(INVOCATION, CFG)
-except CselabError as e:
-    raise UserError(str(e))
+except (CselabError, OSError) as e:  # a full or read-only results/ included: one line naming it
+    raise UserError(str(cselab_invocation.user_error(e)))
 
 SPANS = CFG.get("spans", {})
 
@@ -128,7 +128,7 @@ def senteval_reads(*names):
 
 
 def senteval_reads_inputs(reads):
-    """What rule senteval_reads (``reads``: its name; None: rule prepare_senteval, every file)
+    """What the senteval_reads job of ``reads`` reads (None: the prepare_senteval job, every file)
     reads: the files themselves (a local tree, data.senteval.path: a changed one reruns the job
     and, after it, the jobs that read them), or, for senteval_reads, the downloaded tree's manifest
     (one archive)."""
@@ -172,8 +172,8 @@ onstart:
     try:  # one live invocation per folder (Snakemake's own lock files can be deleted under it)
         if workflow.is_main_process:
             hold_invocation(cselab_invocation.STATE_DIR, os.environ.get(COMMAND_ENV))
-    except CselabError as e:
-        raise UserError(str(e))
+    except (CselabError, OSError) as e:
+        raise UserError(str(cselab_invocation.user_error(e)))
 
     try:  # an unreachable tracking server stops the workflow here, before any job
         uri = resolve_tracking_uri(CFG)
@@ -181,5 +181,5 @@ onstart:
         if moved:
             print(f"cselab: {moved}", file=sys.stderr)
         init_store(uri, typed_config(CFG).mlflow.experiment_name)
-    except CselabError as e:
-        raise UserError(str(e))
+    except (CselabError, OSError) as e:  # a read-only results/ (its .mlflow.lock) included: one line
+        raise UserError(str(cselab_invocation.user_error(e)))

@@ -8,6 +8,7 @@ file with a 60-second tracking outage and writes ``results/benchmarks/faults.md`
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -338,6 +339,77 @@ def test_damaged_results_are_rebuilt_before_the_table_reads_them(reference, tmp_
         name = "sts_pairs.npz" if "sts_pairs.npz" in line else "sts.json"
         record(f"{name} cut in half after the table was built", "named at planning, its evaluation forced, the "
                "table rebuilt (not removed first), same rows", line, "-", 0)
+
+
+# -- a full or read-only disk ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def mounted(path: Path, *mount: str):
+    """``mount <mount...> <path>`` for the block (a small tmpfs, a read-only bind mount), unmounted
+    after; skipped where this machine cannot mount (not root, no CAP_SYS_ADMIN in a container)."""
+    proc = subprocess.run(["mount", *mount, str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount here: {proc.stderr.strip()[:200]}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def remount(path: Path, option: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{option}", str(path)], check=True, capture_output=True)
+
+
+def test_a_full_disk_during_a_checkpoint_is_named_and_the_last_good_one_resumes(reference, project):
+    """The experiment's checkpoints on a disk of their own that fills after the first (a tmpfs made
+    smaller than two): the job's one console line names the folder, "no space left on the device"
+    and the space needed, not torch's message; the partial checkpoint is gone, the first is whole;
+    with space freed the same command resumes from it and ends equal to an uninterrupted run."""
+    from cselab.training.checkpoints import damaged
+
+    write_config(project, checkpoint_steps=2 * EVAL_EVERY)
+    resume = project / "results" / "experiments" / EXP / "resume"
+    resume.mkdir(parents=True)
+    first_ckpt = resume / f"step-{2 * EVAL_EVERY:08d}"
+    with mounted(resume, "-t", "tmpfs", "-o", "size=256m", "tmpfs"):
+        job = start_smk(project, SUMMARY)
+        deadline = time.monotonic() + 600
+        while not (first_ckpt / "meta.json").is_file():
+            assert job.poll() is None and time.monotonic() < deadline, logtail(job)
+            time.sleep(0.05)
+        used = sum(p.stat().st_size for p in resume.rglob("*") if p.is_file())
+        remount(resume, f"size={used * 3 // 2 // 4096 * 4096}")  # the next one cannot fit
+        assert job.wait(timeout=600) != 0
+        out = job.log_path.read_text()
+        lines = [x for x in out.splitlines() if "no space left on the device" in x]
+        assert lines and f"cannot write {resume.relative_to(project)}" in lines[0] and "MB needed" in lines[0], out[-3000:]
+        assert no_traceback(out, "no space left on the device") and "enforce fail" not in out, out[-3000:]
+        assert sorted(p.name for p in resume.iterdir()) == [first_ckpt.name] and damaged(first_ckpt) is None
+        remount(resume, "size=256m")  # space freed
+        second = run_smk(project, SUMMARY)
+        assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads((project / SUMMARY).read_text())["resumed_from_step"] == 2 * EVAL_EVERY
+    assert curve(project) == curve(reference) and same_weights(weights(project), weights(reference))
+    record("disk full while writing the second checkpoint", "one line naming the folder and the cause; partial "
+           "removed, the first kept; resumed from it after space was freed, results identical",
+           lines[0].split("cselab error in rule")[-1], STEPS // 3, 0)
+
+
+def test_a_read_only_results_folder_is_one_message(reference, tmp_path):
+    """results/ read-only (a bind mount made read-only): the invocation's start stops with one line
+    naming the file it cannot write and why, not a traceback from rules/common.smk; nothing changes."""
+    project = copy_of(reference, tmp_path)
+    results = project / "results"
+    before = snapshot(results)
+    with mounted(results, "--bind", str(results)):
+        remount(results, "ro,bind")
+        proc = run_smk(project, f"results/experiments/{EXP}/stsb_dev.json")  # a new result (no output to protect)
+        out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "cannot write results/.mlflow.lock: the file system is read-only" in out, \
+        out[-3000:]
+    assert no_traceback(out, "the file system is read-only") and snapshot(results) == before, out[-3000:]
+    record("results/ read-only at the start of a run", "one message naming the file and the cause, no traceback",
+           next(x for x in out.splitlines() if "read-only" in x))
 
 
 # -- a moved or copied folder ---------------------------------------------------------------------------

@@ -118,6 +118,20 @@ def validated(config: dict, sources) -> dict:
         raise ConfigError(f"invalid configuration: {e}" + (f" [set in {origin}]" if origin else "")) from None
 
 
+def user_error(e: BaseException) -> CselabError:
+    """What the workflow's start says of ``e``: a user error as it is, a file that cannot be written
+    (a full or read-only disk) as one :class:`~cselab.errors.StorageError` naming it; anything else
+    is raised again (a traceback: not the user's)."""
+    from cselab.errors import storage_error
+
+    if isinstance(e, CselabError):
+        return e
+    named = storage_error(e)
+    if named is None:
+        raise e
+    return named
+
+
 def set_up(run: Invocation, cfg: dict) -> None:
     """Before planning: the invocation's id and command for its jobs, a cluster job's signal,
     the folder's lock, the corpus and the trained models checked."""

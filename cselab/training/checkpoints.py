@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cselab.errors import named_storage_errors
 from cselab.io import atomic_path, link_or_copy
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,11 @@ class Checkpoints:
         return {**state, "best_dir": Path(path) / "best"}
 
     def save(self, state: dict, best: Path | None) -> None:
+        """Write the checkpoint of ``state`` (and the ``best`` model folder) whole or not at all;
+        a disk that fills or is read-only is one :class:`~cselab.errors.StorageError` naming the
+        folder and the space needed, the checkpoints before it kept."""
         final = self.root / f"step-{state['step']:08d}"
-        with atomic_path(final) as tmp:
+        with named_storage_errors(final.parent, need=lambda: state_bytes(state)), atomic_path(final) as tmp:
             tmp.mkdir()
             with (tmp / "state.pt").open("wb") as fh:
                 torch.save(state, fh)
@@ -124,6 +128,18 @@ class Checkpoints:
         for p in self.root.iterdir():
             if p not in keep and not p.name.endswith(".corrupt"):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def state_bytes(state) -> int:
+    """About the bytes ``torch.save`` writes for ``state``: its tensors' (and the best model's
+    folder is linked, not written)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
 
 
 def _fsync_dir(path: Path) -> None:
