@@ -71,24 +71,24 @@ def smk_cmd(root: Path, *args: str) -> list[str]:
             "--configfile", str(root / "test.yaml"), "--cores", "2", *args]
 
 
-def smk_env(uri: str | None = None) -> dict:
+def smk_env(uri: str | None = None, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    env.update(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost", **(extra or {}))
     if uri:
         env["MLFLOW_TRACKING_URI"] = uri
     return env
 
 
-def run_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.CompletedProcess:
-    return smk_forks.run(smk_cmd(root, *args), smk_env(uri), timeout=900)
+def run_smk(root: Path, *args: str, uri: str | None = None, extra: dict | None = None) -> subprocess.CompletedProcess:
+    return smk_forks.run(smk_cmd(root, *args), smk_env(uri, extra), timeout=900)
 
 
-def start_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.Popen:
+def start_smk(root: Path, *args: str, uri: str | None = None, extra: dict | None = None) -> subprocess.Popen:
     """``snakemake`` in the background; its output goes to ``proc.log_path``."""
     path = root.parent / f"smk-{time.monotonic_ns()}.log"
     with open(path, "w") as log:
         proc = subprocess.Popen(smk_forks.capped(smk_cmd(root, *args)), stdout=log, stderr=subprocess.STDOUT, text=True,
-                                env=smk_env(uri), start_new_session=True)
+                                env=smk_env(uri, extra), start_new_session=True)
     proc.log_path = path
     return proc
 
@@ -263,6 +263,91 @@ def killed_history(root: Path, run_id: str):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(f"sqlite:///{root}/results/mlflow.db").get_metric_history(run_id, "loss")
+
+
+# -- an invocation killed outright ---------------------------------------------------------------------
+
+#: jobs as plain processes that Snakemake starts (no warm job host): what a kill -9 leaves running
+PLAIN_JOBS = {"CSELAB_JOB_HOST": "0"}
+
+
+def kill_invocation(root: Path, target: str, step: int) -> tuple[int, subprocess.Popen]:
+    """``snakemake <target>`` killed with SIGKILL once training is at ``step``: its training job goes
+    on as an orphan. Returns the orphan's pid and the dead invocation."""
+    first = start_smk(root, target, extra=PLAIN_JOBS)
+    wait_for_step(root, step, first)
+    orphan = trainer_pid(root)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    return orphan, first
+
+
+def invocation_runs(root: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root}/results/mlflow.db")
+    exp = client.get_experiment_by_name("cselab-faults")
+    return [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("rule") == "invocation"]
+
+
+def test_a_killed_invocations_finished_training_is_kept(reference, project):
+    """kill -9 of snakemake in mid-training; its training goes on as an orphan and finishes. The next
+    invocation finds the dead one, says its training finished, keeps the orphan's model (complete
+    and checksummed: nothing is trained again), clears Snakemake's lock and incomplete markers
+    itself (no --unlock, no --rerun-incomplete) and builds the table; the dead invocation's MLflow
+    run is logged KILLED and linked to its successor."""
+    from cselab.pipeline.recovery import alive
+
+    write_config(project, max_steps=2 * EVAL_EVERY)  # killed at its first dev score, the orphan ends soon
+    orphan, dead = kill_invocation(project, "results/table1.csv", EVAL_EVERY)
+    deadline = time.monotonic() + 600
+    while alive(orphan, None):
+        assert time.monotonic() < deadline, "the orphan training did not end"
+        time.sleep(0.5)
+    trained = job_log(project).stat().st_mtime_ns
+    model = project / "results" / "experiments" / EXP / "model" / "model.safetensors"
+    orphans = (model.read_bytes(), model.stat().st_mtime_ns)
+    proc = run_smk(project, "results/table1.csv", extra=PLAIN_JOBS)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    died = next(x for x in text.splitlines() if "died without ending" in x)
+    assert f"pid {dead.pid}" in died and f"train exp={EXP}: finished" in died, died
+    cleared = next(x for x in text.splitlines() if "cleared Snakemake's lock" in x)
+    assert f"results/experiments/{EXP}/model" in cleared and "removed 0 partial" in cleared, cleared
+    assert job_log(project).stat().st_mtime_ns == trained  # no second training
+    assert (model.read_bytes(), model.stat().st_mtime_ns) == orphans  # the orphan's model, kept
+    summary = json.loads((project / SUMMARY).read_text())
+    assert summary["steps"] == 2 * EVAL_EVERY and summary["resumed_from_step"] == 0
+    assert (project / "results" / "table1.csv").is_file()
+    killed = [r for r in invocation_runs(project) if r.info.status == "KILLED"]
+    assert len(killed) == 1 and killed[0].data.tags["cselab.successor_invocation"]
+    (run,) = mlflow_runs(project, "train")
+    assert run.info.status == "FINISHED" and run.data.tags["cselab.successor_invocation"]
+    record("kill -9 of snakemake in mid-training; the orphan finished", "found by the next invocation; the "
+           "orphan's model kept (0 steps retrained); lock and markers cleared; dead run KILLED", died, 0, 0)
+
+
+def test_a_killed_invocations_orphan_training_is_stopped_and_resumed(reference, project):
+    """kill -9 of snakemake in mid-training, the next invocation started at once: it stops the orphan
+    by SIGTERM (it checkpoints at its step and ends its run KILLED), clears Snakemake's state, and
+    its training resumes from the orphan's checkpoint, reopening the orphan's MLflow run: no step
+    is trained twice, results equal an uninterrupted run."""
+    orphan, dead = kill_invocation(project, SUMMARY, 2 * EVAL_EVERY)
+    proc = run_smk(project, SUMMARY, extra=PLAIN_JOBS)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    died = next(x for x in text.splitlines() if "died without ending" in x)
+    assert f"train exp={EXP}: running (orphan pid {orphan})" in died, died
+    assert "resumes from its checkpoint" in text
+    summary = json.loads((project / SUMMARY).read_text())
+    assert summary["resumed_from_step"] >= 2 * EVAL_EVERY, summary
+    assert curve(project) == curve(reference) and same_weights(weights(project), weights(reference))
+    (run,) = mlflow_runs(project, "train")  # the orphan's run, reopened
+    assert run.info.status == "FINISHED" and run.data.tags["cselab.resumed"] == "1"
+    assert run.data.tags["cselab.preempted"].startswith("SIGTERM")
+    assert [r.info.status for r in invocation_runs(project)].count("KILLED") == 1
+    record("kill -9 of snakemake in mid-training, rerun at once", "the orphan stopped at a step with a checkpoint; "
+           "resumed from it, its run reopened; results identical", died, 0, 0)
 
 
 # -- corrupt files ---------------------------------------------------------------------------------------

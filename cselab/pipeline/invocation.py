@@ -149,8 +149,14 @@ def set_up(run: Invocation, cfg: dict) -> None:
     if run.executing:  # a second invocation stops before it touches anything
         from cselab.pipeline.locks import hold_invocation
 
-        hold_invocation(STATE_DIR, os.environ.get(COMMAND_ENV))
+        previous = hold_invocation(STATE_DIR, os.environ.get(COMMAND_ENV), os.environ[INVOCATION_ENV])
         _warm_job_host(run)
+    if run.checks:  # the last invocation died (kill -9): what it left is finished or cleared first
+        from cselab.pipeline.locks import INVOCATION_INFO, last_holder
+        from cselab.pipeline.recovery import recover
+
+        last = previous if run.executing else last_holder(Path(STATE_DIR) / INVOCATION_INFO)
+        recover(last, STATE_DIR, cfg, run.executing, os.environ[INVOCATION_ENV])
     if run.checks and not run.forced_corpus:
         check_corpus_source(cfg)
     if run.checks:

@@ -71,10 +71,19 @@ def _try_lock(path: Path) -> IO | None:
     return fh
 
 
-def _claim(fh: IO, info: Path, what: str) -> None:
+def _claim(fh: IO, info: Path, what: str, **extra) -> None:
     tmp = info.with_name(f".{info.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_identity(what)) + "\n")
+    tmp.write_text(json.dumps({**_identity(what), **extra}) + "\n")
     os.replace(tmp, info)
+
+
+def last_holder(info: Path) -> dict | None:
+    """The record the lock's last holder wrote (None: none, or not readable)."""
+    try:
+        record = json.loads(Path(info).read_text())
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 @contextlib.contextmanager
@@ -101,12 +110,14 @@ def experiment_owner(folder: str | Path, what: str, wait_s: float = 60.0, poll_s
 _INVOCATION: IO | None = None  # held until the process exits
 
 
-def hold_invocation(state_dir: str | Path, command: str | None = None) -> None:
+def hold_invocation(state_dir: str | Path, command: str | None = None, invocation: str | None = None) -> dict | None:
     """Hold the project's invocation lock (``state_dir``, e.g. ``.snakemake/cselab``) until this
-    process exits; a live holder raises :class:`LockError` naming it."""
+    process exits; a live holder raises :class:`LockError` naming it. Returns the record of the
+    invocation that held it last (read before this one's replaces it; None the second time), which
+    says whether it ended (:func:`cselab.pipeline.recovery.mark_ended`, registered at exit)."""
     global _INVOCATION
     if _INVOCATION is not None:
-        return
+        return None
     state_dir = Path(state_dir)
     fh = _try_lock(state_dir / INVOCATION_LOCK)
     if fh is None:
@@ -114,5 +125,13 @@ def hold_invocation(state_dir: str | Path, command: str | None = None) -> None:
                         f"{describe_holder(state_dir / INVOCATION_INFO)}. Two invocations in one folder can delete "
                         "each other's outputs; wait for it to finish (or stop it), or run from another folder. "
                         "A dry run (-n) is always allowed.")
-    _claim(fh, state_dir / INVOCATION_INFO, command or "snakemake " + " ".join(sys.argv[1:]))
+    previous = last_holder(state_dir / INVOCATION_INFO)
+    _claim(fh, state_dir / INVOCATION_INFO, command or "snakemake " + " ".join(sys.argv[1:]),
+           **({"invocation": invocation} if invocation else {}))
     _INVOCATION = fh
+    import atexit
+
+    from cselab.pipeline.recovery import mark_ended
+
+    atexit.register(mark_ended, state_dir / INVOCATION_INFO)
+    return previous

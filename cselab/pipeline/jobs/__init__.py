@@ -17,6 +17,7 @@ from typing import Callable
 
 import cselab.io
 from cselab.errors import CselabError, named_storage_errors
+from cselab.pipeline import recovery
 from cselab.io import quiet_third_party_loggers
 from cselab.pipeline.operations import operations  # noqa: F401 (the jobs' one reader of how to run)
 from cselab.training.preemption import REQUEUE_EXIT, Preempted, requeue_slurm_job
@@ -169,7 +170,9 @@ def run_here(smk, job: Callable, process_started: float | None = None) -> None:
             from cselab.pipeline.config import load_plugins
 
             load_plugins(list(smk.cselab_operations.plugins))
-        with named_storage_errors():  # a full or read-only disk: one line naming the file and the cause
+        # a full or read-only disk: one line naming the file and the cause; the job's record says which
+        # jobs an invocation killed outright left (cselab.pipeline.recovery)
+        with named_storage_errors(), recovery.job_record(smk, recovery.STATE_DIR):
             job(smk)
         log.info("rule %s done in %.1f s (this process; %s%s)", smk.rule, time.perf_counter() - started,
                  describe(), _own_usage())
