@@ -244,8 +244,10 @@ def test_signal_stops_at_a_step_with_a_checkpoint_and_resumes_identically(refere
     (killed,) = mlflow_runs(project, "train")
     assert killed.info.status == "KILLED" and killed.data.tags["cselab.preempted"].startswith(signal.Signals(sig).name)
     logged = len(killed_history(project, killed.info.run_id))
+    entry = damage_token_cache(project, "flipped")
     second = run_smk(project, SUMMARY)
     assert second.returncode == 0, second.stderr[-3000:]
+    token_cache_healed(project, entry, "flipped")
     summary = json.loads((project / SUMMARY).read_text())
     assert summary["resumed_from_step"] == at_signal >= 2 * EVAL_EVERY
     (run,) = mlflow_runs(project, "train")  # one run, reopened
@@ -263,6 +265,24 @@ def killed_history(root: Path, run_id: str):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(f"sqlite:///{root}/results/mlflow.db").get_metric_history(run_id, "loss")
+
+
+def damage_token_cache(root: Path, how: str) -> Path:
+    """The training's token cache entry (results/cache/tokens) cut in half, emptied or with one byte
+    of its ids flipped (a bad CRC), as tests/test_caches.py breaks every cache."""
+    from tests.test_caches import damage, member_data_offset
+
+    (entry,) = (root / "results" / "cache" / "tokens").glob("*.npz")
+    damage(entry, how, member_data_offset(entry, "ids.npy") if how == "flipped" else None)
+    return entry
+
+
+def token_cache_healed(root: Path, entry: Path, how: str) -> None:
+    """The training that read the damaged entry said so once, in its log, and tokenised again."""
+    lines = [x for x in job_log(root).read_text().splitlines() if "token cache" in x and "is damaged" in x]
+    assert len(lines) == 1 and entry.name in lines[0] and "tokenising again" in lines[0], lines
+    record(f"token cache entry {'cut in half' if how == 'cut' else 'emptied' if how == 'empty' else 'flipped byte'}",
+           "removed with one warning, tokenised again, results identical", lines[0].split("WARNING")[-1], 0, 0)
 
 
 # -- an invocation killed outright ---------------------------------------------------------------------
@@ -333,12 +353,14 @@ def test_a_killed_invocations_orphan_training_is_stopped_and_resumed(reference, 
     its training resumes from the orphan's checkpoint, reopening the orphan's MLflow run: no step
     is trained twice, results equal an uninterrupted run."""
     orphan, dead = kill_invocation(project, SUMMARY, 2 * EVAL_EVERY)
+    entry = damage_token_cache(project, "empty")
     proc = run_smk(project, SUMMARY, extra=PLAIN_JOBS)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     died = next(x for x in text.splitlines() if "died without ending" in x)
     assert f"train exp={EXP}: running (orphan pid {orphan})" in died, died
     assert "resumes from its checkpoint" in text
+    token_cache_healed(project, entry, "empty")
     summary = json.loads((project / SUMMARY).read_text())
     assert summary["resumed_from_step"] >= 2 * EVAL_EVERY, summary
     assert curve(project) == curve(reference) and same_weights(weights(project), weights(reference))
@@ -359,8 +381,10 @@ def test_truncated_checkpoint_is_moved_aside_without_a_person(reference, project
     first.wait(timeout=600)
     (state,) = (project / "results" / "experiments" / EXP / "resume").glob("step-*/state.pt")
     state.write_bytes(state.read_bytes()[:1000])
+    entry = damage_token_cache(project, "cut")
     second = run_smk(project, SUMMARY)
     assert second.returncode == 0, second.stderr[-3000:]
+    token_cache_healed(project, entry, "cut")
     log = job_log(project).read_text()
     assert f"{state.parent.relative_to(project)} is damaged" in log and "starting from step 0" in log
     assert curve(project) == curve(reference) and same_weights(weights(project), weights(reference))
@@ -424,6 +448,39 @@ def test_damaged_results_are_rebuilt_before_the_table_reads_them(reference, tmp_
         name = "sts_pairs.npz" if "sts_pairs.npz" in line else "sts.json"
         record(f"{name} cut in half after the table was built", "named at planning, its evaluation forced, the "
                "table rebuilt (not removed first), same rows", line, "-", 0)
+
+
+def test_a_hand_edited_score_is_named_and_its_evaluation_planned_again(reference, tmp_path):
+    """One score of the STS result edited by hand, its length kept: the result's sha256 (its mtime
+    moved) tells, planning names the file and plans its evaluation and the table (a dry run)."""
+    project = copy_of(reference, tmp_path)
+    sts = project / "results" / "experiments" / EXP / "sts.json"
+    result, size = json.loads(sts.read_text()), sts.stat().st_size
+    column = next(iter(result["scores"]))
+    old = repr(result["scores"][column])
+    result["scores"][column] = float(old[:-1] + ("1" if old[-1] != "1" else "2"))  # one digit: same length
+    sts.write_text(json.dumps(result, indent=2, default=str) + "\n")  # as the evaluation wrote it (write_json)
+    assert sts.stat().st_size == size
+    dry = run_smk(project, "-n", "results/table1.csv")
+    assert dry.returncode == 0 and "rule evaluate_sts:" in dry.stdout and "rule table:" in dry.stdout, dry.stdout[-3000:]
+    line = next(x for x in dry.stderr.splitlines() if "is damaged" in x)
+    assert f"results/experiments/{EXP}/sts.json" in line and "does not match the sha256" in line, line
+    record("a score of sts.json edited by hand (length kept)", "named at planning by its sha256, its evaluation "
+           "planned again", line, "-", 0)
+
+
+def test_a_new_seed_gets_no_deleted_folder_hint(reference, tmp_path):
+    """A seed added to a built project: its folder never existed, and the planning says nothing of a
+    deleted one (the hint is for a run the table shows whose folder is gone)."""
+    project = copy_of(reference, tmp_path)
+    cfg = read_yaml(project / "test.yaml")
+    cfg["seeds"] = [42, 43]
+    (project / "test.yaml").write_text(yaml.safe_dump(cfg))
+    dry = run_smk(project, "-n", "results/table1.csv")
+    assert dry.returncode == 0 and "simcse-tiny-s43" in dry.stdout, dry.stdout[-3000:]
+    assert "was deleted" not in dry.stderr, dry.stderr[-3000:]
+    record("a seed added to a built project (seed 43)", "no 'was deleted' hint: the folder never existed",
+           "(no hint; the plan trains simcse-tiny-s43)")
 
 
 # -- a full or read-only disk ---------------------------------------------------------------------------
