@@ -34,6 +34,9 @@ try:
     cselab_invocation.set_up(INVOCATION, CFG)
 except CselabError as e:
     raise UserError(str(e))
+# the jobs' config is the validated one (defaults filled in, sweeps and methods tables expanded,
+# as snakemake.utils.validate fills in defaults in place), beside the config as given (the cost plan's)
+cselab_invocation.hand_to_jobs(config, CFG)
 
 SPANS = CFG.get("spans", {})
 

@@ -22,8 +22,7 @@ import pytest
 import yaml
 
 from tests.built import PREPARED_DATA, built_once, copy_built, prepared_project
-from tests.helpers import clean_console, make_workflow_data, read_yaml
-from tests import smk_forks
+from tests.helpers import capped, clean_console, make_workflow_data, read_yaml, run_snakemake
 from tests.test_workflow import ROOT
 
 EXP = "simcse-tiny-s42"
@@ -79,14 +78,14 @@ def smk_env(uri: str | None = None) -> dict:
 
 
 def run_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.CompletedProcess:
-    return smk_forks.run(smk_cmd(root, *args), smk_env(uri), timeout=900)
+    return run_snakemake(smk_cmd(root, *args), smk_env(uri), timeout=900)
 
 
 def start_smk(root: Path, *args: str, uri: str | None = None) -> subprocess.Popen:
     """``snakemake`` in the background; its output goes to ``proc.log_path``."""
     path = root.parent / f"smk-{time.monotonic_ns()}.log"
     with open(path, "w") as log:
-        proc = subprocess.Popen(smk_forks.capped(smk_cmd(root, *args)), stdout=log, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(capped(smk_cmd(root, *args)), stdout=log, stderr=subprocess.STDOUT, text=True,
                                 env=smk_env(uri), start_new_session=True)
     proc.log_path = path
     return proc

@@ -176,6 +176,7 @@ def test_a_method_reading_a_setting_it_does_not_declare_is_refused_when_the_conf
     msg = str(err.value)
     assert "methods.silent_temperature" in msg and "method 'silent_temperature'" in msg, msg
     assert "reads the training setting 'temperature'" in msg and "training_keys" in msg, msg
+    assert f"({path}, line 13)" in msg, msg  # where the method reads it, not a generated module name
 
 
 def test_the_built_in_methods_declare_every_setting_their_code_reads():
@@ -185,9 +186,10 @@ def test_the_built_in_methods_declare_every_setting_their_code_reads():
     built_in = {name: cls for name, cls in registry().items() if cls.__module__.startswith("cselab.training.methods")}
     assert len(built_in) >= 9
     for name, cls in built_in.items():
-        assert cls.training_reads() <= set(cls.training_keys) | set(OPERATIONAL), name
+        assert cls.training_reads() <= set(cls.used_training_keys(cls.Options())), name
     assert "temperature" in built_in["simcse"].training_reads()  # the scan sees the reads it checks
-    assert "pad_to_multiple_of" in built_in["compcse"].training_reads()  # operational: read undeclared
+    assert "pad_to_multiple_of" in built_in["compcse"].training_keys  # operational, declared: read, never in a spec
+    assert set(OPERATIONAL) & set(cc.experiment_spec(validated(smoke_config()), "compcse-minilm-s42")["training"]) == set()
 
 
 def _reads_dropout(ctx):
@@ -223,16 +225,39 @@ def test_one_spelling_per_method():
 
 
 def test_a_method_reading_a_setting_it_did_not_declare_is_one_message(tiny_bert):
-    """What the config check cannot see (a method reading more than its ``training_keys``) is one
-    message naming the method and the setting when the job builds it, not a raw KeyError."""
+    """What the config check cannot see (a read by a computed name) is one message naming the
+    method and the setting when the job builds it: the method holds exactly what it declared, so
+    the read never sees a default. A spec that does not state a setting its method declares is
+    refused too."""
     from cselab.models.encoder import load_encoder
     from cselab.training.objective import build_objective
     from tests.test_train import spec_for
 
+    class ComputedRead(mc.MethodConfig):
+        """Reads the temperature by a name the config check cannot see."""
+
+        name = "computed_read"
+
+        def __init__(self, ctx):
+            super().__init__(ctx)
+            self.temperature = getattr(ctx.training, "temper" + "ature")
+
+        def forward(self, batch, shared):
+            raise AssertionError("never reached: building the method fails")
+
+    assert "temperature" not in ComputedRead.training_reads()  # passes planning
+    encoder = load_encoder(tiny_bert)
+    try:
+        with pytest.raises(ConfigError, match=r"method 'computed_read' reads the training setting 'temperature', "
+                                              r"which it does not declare.*training_keys.*: pooler, unpadded"):
+            build_objective(spec_for(tiny_bert, "computed_read"), encoder)
+    finally:
+        mc._CONFIGS.pop("computed_read", None)
     spec = spec_for(tiny_bert)
     del spec["training"]["temperature"]  # as a spec built from a declaration without it
-    with pytest.raises(ConfigError, match=r"method 'simcse' reads the training setting 'temperature'.*training_keys"):
-        build_objective(spec, load_encoder(tiny_bert))
+    with pytest.raises(ConfigError, match=r"method 'simcse' reads the training setting 'temperature', which the "
+                                          r"spec of 'simcse-tiny-s7' does not state"):
+        build_objective(spec, encoder)
 
 
 def test_a_plugin_method_trains_in_its_snakemake_job(plugin, tmp_path_factory, tmp_path):

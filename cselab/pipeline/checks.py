@@ -168,24 +168,22 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
 
 
 def check_training_keys(cfg: dict, cls, options, where: str) -> None:
-    """The training settings a method declares it reads (``training_keys``, and
-    ``used_training_keys`` for these options) are training settings, and its code reads no other
-    (``MethodConfig.training_reads``: what it reads of ``ctx.training``, found in its source; an
-    operational setting may be read undeclared): checked when the config is read, not found
-    missing by the job."""
-    from cselab.settings.training import OPERATIONAL
-
+    """The training settings a method declares (``used_training_keys`` for these options) are
+    training settings, and its code reads no other (``MethodConfig.training_read_sites``: what it
+    reads of ``ctx.training``, found in its source, named by file and line): checked when the config
+    is read, not found missing by the job."""
     valid = cfg["training"]
     declared = cls.used_training_keys(options)
     for key in declared:
         if key not in valid:
             raise ConfigError(f"config key '{where}': method {cls.name!r} declares the training setting {key!r} "
                               f"(training_keys), which is none; valid: {', '.join(sorted(valid))}")
-    undeclared = sorted(cls.training_reads() - set(declared) - set(OPERATIONAL))
+    undeclared = {k: site for k, site in cls.training_read_sites().items() if k not in declared}
     if undeclared:
-        raise ConfigError(f"config key '{where}': method {cls.name!r} ({cls.__module__}) reads the training "
-                          f"setting {', '.join(map(repr, undeclared))}, which it does not declare: add it to its "
-                          "training_keys (a job's spec holds only the settings its methods declare)")
+        key, site = next(iter(sorted(undeclared.items())))
+        raise ConfigError(f"config key '{where}': method {cls.name!r} reads the training setting {key!r} ({site}), "
+                          "which it does not declare: add it to its training_keys (a method receives exactly the "
+                          "settings it declares)")
 
 
 def resolve_objectives(cfg: dict) -> None:

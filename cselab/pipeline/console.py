@@ -156,19 +156,6 @@ def benchmark_seconds(path: str | None) -> tuple[float, float] | None:
         return None
 
 
-_HOSTED_CPU = re.compile(r"a fork of the warm job host; cpu ([0-9.]+) s")
-
-
-def hosted_job_cpu_seconds(logs: list[str]) -> float:
-    """The CPU seconds of a job the warm job host ran (:mod:`cselab.pipeline.jobhost`), from its
-    log's last line: its benchmark file counts only the process that waited for it."""
-    for line in reversed(log_tail(logs, 3)):
-        found = _HOSTED_CPU.search(line)
-        if found:
-            return float(found[1])
-    return 0.0
-
-
 def log_tail(logs: list[str], n: int = 8) -> list[str]:
     """The last ``n`` lines of a job's log."""
     for path in logs:
@@ -268,7 +255,6 @@ class Console:
         tally = self.rules.setdefault(job.rule, RuleTally())
         tally.running, tally.done = max(0, tally.running - 1), tally.done + 1
         wall, cpu = benchmark_seconds(job.benchmark) or (time.monotonic() - job.started, 0.0)
-        cpu += hosted_job_cpu_seconds(job.logs)
         tally.seconds.append(wall)
         tally.gpu_s += wall * job.gpus
         tally.cpu_s += cpu

@@ -117,6 +117,19 @@ def validated(config: dict, sources) -> dict:
         raise ConfigError(f"invalid configuration: {e}" + (f" [set in {origin}]" if origin else "")) from None
 
 
+def hand_to_jobs(config: dict, cfg: dict) -> None:
+    """Snakemake's ``config`` (what each job receives) becomes the validated ``cfg``, keeping the
+    config as given under :data:`cselab.pipeline.operations.GIVEN`: a job reads its settings
+    from the config its plan was made of, through the same functions, validated once."""
+    import copy
+
+    from cselab.pipeline.operations import GIVEN
+
+    given = copy.deepcopy({k: v for k, v in config.items() if k != GIVEN})
+    config.clear()
+    config.update(copy.deepcopy(cfg), **{GIVEN: given})
+
+
 def set_up(run: Invocation, cfg: dict) -> None:
     """Before planning: the invocation's id and command for its jobs, a cluster job's signal,
     the folder's lock, the corpus and the trained models checked."""
@@ -135,24 +148,12 @@ def set_up(run: Invocation, cfg: dict) -> None:
         from cselab.pipeline.locks import hold_invocation
 
         hold_invocation(STATE_DIR, os.environ.get(COMMAND_ENV))
-        _warm_job_host(run)
     if run.checks and not run.forced_corpus:
         check_corpus_source(cfg)
     if run.checks:
         set_aside_damaged_models(run.executing)
         for hint in deleted_experiments(cfg):
             print(f"cselab: {hint}", file=sys.stderr)
-
-
-def _warm_job_host(run: Invocation) -> None:
-    """Jobs this invocation runs itself run as forks of one warm process
-    (:mod:`cselab.pipeline.jobhost`); a cluster's jobs each start their own."""
-    from cselab.pipeline import jobhost
-
-    if jobhost.wanted(local=not cluster(run.args)):
-        jobhost.enable(os.environ[INVOCATION_ENV])
-    else:
-        os.environ.pop(jobhost.ADDRESS_ENV, None)
 
 
 def check_corpus_source(cfg: dict) -> None:

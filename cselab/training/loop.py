@@ -48,7 +48,7 @@ from cselab.io import Progress, link_or_copy, open_atomic, write_json, write_wit
 from cselab.models.checkpoints import record_model_files, resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
-from cselab.settings import to_plain, training_settings
+from cselab.settings import to_plain
 from cselab.settings.spec import ExperimentSpec
 from cselab.training import compiled, diagnostics
 from cselab.training import distributed as D
@@ -584,8 +584,8 @@ def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | 
     checkpoints, processes, compile; :data:`cselab.settings.training.OPERATIONAL`): read like
     training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
-    spec = ExperimentSpec.of(spec)
-    settings = training_settings({**spec.training_dict(), **(operational or {})})  # a key left out: its default
+    spec = ExperimentSpec.of(spec, operational)  # typed once: its settings and the operational ones
+    settings = spec.training  # a key the spec leaves out reads as its default
     dev = _device(device)
     settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size(),
                                                                             settings.chunk_size))

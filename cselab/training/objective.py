@@ -178,7 +178,7 @@ def build_objective(spec: ExperimentSpec | dict, encoder: nn.Module, artifacts: 
         cls = method_class(entry.method)
         options = cls.check_options(entry.options)
         own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
-        settings = MethodSettings(spec.training, cls.name, given=spec.training_keys)
+        settings = MethodSettings.declared(spec, cls, options)
         ctx = Context(encoder=encoder, options=options, training=settings, artifacts=own, model_dir=model_dir,
                       runner=runner)
         components.append((entry.method, entry.weight, cls(ctx)))

@@ -15,17 +15,16 @@ from pathlib import Path
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.pipeline.jobs import operations, run, senteval_root, time_breakdown
-from cselab.settings import training_settings
 from cselab.settings.spec import ExperimentSpec
 
 
 
-def owner(out_dir: Path, smk, name: str, ops: dict):
+def owner(out_dir: Path, smk, spec: ExperimentSpec):
     """The experiment folder's lock for the job's whole life (:mod:`cselab.pipeline.locks`)."""
     from cselab.pipeline.locks import experiment_owner
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    return experiment_owner(out_dir, f"rule {smk.rule} for {name}", wait_s=training_settings(ops).owner_wait_s)
+    return experiment_owner(out_dir, f"rule {smk.rule} for {spec.id}", wait_s=spec.training.owner_wait_s)
 
 
 def _artifacts(smk) -> dict[str, Path]:
@@ -42,7 +41,7 @@ def _job_run(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, **run_kwargs):
     # reopen the interrupted run only when the loop will resume a sound checkpoint (not start over inside it)
     resumable = previous is not None and Checkpoints(
         out_dir / "resume", fingerprint(spec.to_dict(), Path(smk.input.corpus), _artifacts(smk))).peek() is not None
-    params = {**spec.to_dict(), "operational": ops, **world_params(ops)}
+    params = {**spec.to_dict(), "operational": ops, "world_size": spec.training.devices * spec.training.nodes}
     tracking.limit_http_retries()
     with run(smk, experiment_id=spec.id, params=params, resume=previous if resumable else None,
              buffer=out_dir / tracking.BUFFER_NAME, **run_kwargs) as r:
@@ -62,10 +61,10 @@ def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
 
     _check_corpus(Path(smk.input.corpus))
     compiled.share_cache(Path(outputs.COMPILE_CACHE))
-    kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
+    kwargs = {"spec": spec, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
               "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
-    world = training_settings(ops)
+    world = spec.training
     devices, nodes = world.devices, world.nodes
     if devices * nodes == 1:
         return train_job(kwargs)
@@ -112,11 +111,6 @@ def _stsb_dev(senteval: Path):
     return stsb_dev(senteval)
 
 
-def world_params(ops: dict) -> dict:
-    world = training_settings(ops)
-    return {"world_size": world.devices * world.nodes}
-
-
 def _summary(result, r, scored: bool) -> dict:
     """The run's summary metrics and JSON; a job that scored no STS-B dev (a pretraining stage, or
     no evaluation step) reports no score (never NaN, which is not JSON)."""
@@ -154,13 +148,14 @@ def last_diagnostics(curve: list[dict]) -> dict:
 
 
 def train(smk) -> None:
-    spec = ExperimentSpec.from_dict(smk.params.spec)
-    # operational settings (checkpoint_steps, devices...) are read here, not from params: changing them must not retrain
-    ops = operations(smk, spec).training
+    # operational settings (checkpoint_steps, devices...) come from the config, not from params:
+    # changing them must not retrain; the spec is typed once, with them
+    ops = operations(smk, exp_id=smk.params.spec["id"]).training
+    spec = ExperimentSpec.from_dict(smk.params.spec, operational=ops)
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
-                        batch_size=training_settings(ops).dev_batch_size)
-    with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir) as r:
+                        batch_size=spec.training.dev_batch_size)
+    with owner(out_dir, smk, spec), _job_run(smk, spec, ops, out_dir) as r:
         result = _loop(smk, spec, ops, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec.id, **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
@@ -171,10 +166,10 @@ def train(smk) -> None:
 def pretrain(smk) -> None:
     """A pretraining stage: the loop without dev scoring; the stage's method exports its final
     state to ``model/`` beside a ``manifest.json`` (the spec), which later jobs fingerprint."""
-    spec = ExperimentSpec.from_dict(smk.params.spec)
-    ops = operations(smk, spec, stage=True).training
+    ops = operations(smk, stage=smk.params.spec["name"]).training
+    spec = ExperimentSpec.from_dict(smk.params.spec, operational=ops)
     out_dir = Path(smk.output.model).parent
-    with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
+    with owner(out_dir, smk, spec), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
         result = _loop(smk, spec, ops, out_dir, None, r)
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec.name, "spec": spec.to_dict(), "steps": result.steps})

@@ -141,7 +141,7 @@ class CompCSE(MethodConfig):
     """
 
     name = "compcse"
-    training_keys = ("temperature", "pooler", "unpadded")
+    training_keys = ("temperature", "pad_to_multiple_of")
 
     @dataclasses.dataclass
     class Options:

@@ -166,7 +166,7 @@ class Conditioned(MethodConfig):
     is :attr:`discriminator`; :meth:`encode` runs it conditioned on ``h``."""
 
     roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
+    encodes = False  # reads the primary's views
 
     def __init__(self, ctx):
         super().__init__(ctx)

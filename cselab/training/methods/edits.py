@@ -30,7 +30,7 @@ class SimCSEEdits(MethodConfig):
     """
 
     name = "simcse_edits"
-    training_keys = ("temperature", "pooler", "unpadded")
+    training_keys = ("temperature",)
 
     @dataclasses.dataclass
     class Options:

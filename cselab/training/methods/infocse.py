@@ -91,7 +91,7 @@ class InfoCSEPretrain(MethodConfig):
 
     name = "infocse_pretrain"
     aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
-    training_keys = ()  # the backbone's own forward only
+    encodes = False  # the backbone's own forward only
 
     @dataclasses.dataclass
     class Options:
@@ -178,7 +178,7 @@ class InfoCSEMLM(MethodConfig):
     name = "infocse_mlm"
     aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
     roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
+    encodes = False  # reads the primary's views
 
     @dataclasses.dataclass
     class Options:
