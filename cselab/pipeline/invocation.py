@@ -26,7 +26,15 @@ from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
 class UserError(WorkflowError):
     """A user's mistake found while the workflow is read (a config value, a missing file): the
-    console (:mod:`cselab.pipeline.console`) shows its message alone, the log keeps where."""
+    console (:mod:`cselab.pipeline.console`) shows its message alone, the log keeps where.
+    Snakemake's logger receives only an exception's class name and its formatted text, so the
+    message raised last is kept here for the console (:attr:`last`)."""
+
+    last: str | None = None
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        UserError.last = str(message)
 
 #: flags of an invocation that neither plans nor runs jobs (unlock, lint, reports, listings, DAG pictures)
 NO_JOB_FLAGS = console.NO_JOB_FLAGS

@@ -414,7 +414,7 @@ class Trainer:
         metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
         score, s = metrics["stsb_dev_spearman"], self.state
         log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
-        limits = to_plain(self.t.collapse) if self.used("collapse") else {}  # absent: no alarm
+        limits = to_plain(self.t.collapse)  # operational: never in a job's spec, read as the job's setting
         alarm = diagnostics.collapse_alarm(metrics, limits) if s.step > 0 else None
         if alarm:
             log.warning("collapse alarm at step %d: %s (training.collapse)", s.step, alarm)
