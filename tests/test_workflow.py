@@ -367,10 +367,10 @@ def test_lint_is_clean():
     assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
-def test_the_readmes_commands_keep_evaluations_built_with_older_params(workflow_run):
+def test_the_changelogs_commands_keep_evaluations_built_with_older_params(workflow_run):
     """An evaluation built before its params took their present form (here: the metadata of
     one STS result rewritten to an older form, the evaluation batch size and cache in its encoder
-    settings) plans a rerun; the README's two commands show that nothing else is out of date,
+    settings) plans a rerun; the two commands of CHANGELOG.md show that nothing else is out of date,
     then mark exactly that job and the tables after it current, changing no result's content."""
     import base64
     import json
