@@ -101,7 +101,10 @@ def test_seeds_expand_ids(smoke):
     ({"seeds": []}, r"config key 'seeds'"),
     ({"spans": {"batch_size": 0}}, r"config key 'spans\.batch_size': must be an integer >= 1, got 0"),
     ({"spans": {"split_adjuncts": "yes"}}, r"config key 'spans\.split_adjuncts': 'yes' is not of type 'boolean'"),
-    ({"training": {"chunk_size": 0}}, r"config key 'training\.chunk_size': must be an integer >= 1 or null, got 0"),
+    ({"training": {"chunk_size": 0}},
+     r"config key 'training\.chunk_size': must be an integer >= 1 or 'auto' or null, got 0"),
+    ({"training": {"chunk_size": "whole"}},
+     r"config key 'training\.chunk_size': must be an integer >= 1 or 'auto' or null, got 'whole'"),
     ({"training": {"chunk_size": 64, "keyed_dropout": False}},
      r"config key 'training\.chunk_size': gradient caching replays dropout keyed by row; set "
      r"training\.keyed_dropout: true or chunk_size: null"),

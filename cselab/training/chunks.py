@@ -73,6 +73,7 @@ class Runner:
         self.calls = 0
         self.sentences, self.offset, self._tokens = 0, 0, []
         self.cached: list[_Run] = []
+        self.largest = 0  # the most rows a run of this (micro-)batch had (what a halving after an OOM halves)
 
     def begin(self, sentences: int, offset: int = 0, device: torch.device | str = "cpu") -> None:
         """A micro-batch starts: ``sentences`` of this process, starting at ``offset`` in the
@@ -83,6 +84,14 @@ class Runner:
             self.seed = to_device({"seed": torch.randint(-(2 ** 62), 2 ** 62, (1,))}, device)["seed"]
         self.calls, self.sentences, self.offset, self.cached = 0, sentences, offset, []
         self._tokens = []  # what the encoder ran in this (micro-)batch: lengths tensors (host) or counts
+        self.largest = 0
+
+    def part(self, sentences: int, offset: int) -> None:
+        """An accumulated part of the (micro-)batch starts (a per-sentence objective's micro-batch,
+        :meth:`cselab.training.loop.Trainer.step`): its ``sentences`` at ``offset`` in the global
+        batch, under the step's seed, its runs numbered from the first again, so each row gets the
+        keys (the dropout) it has in the whole batch."""
+        self.calls, self.sentences, self.offset, self.cached = 0, sentences, offset, []
 
     def count_tokens(self, lengths: torch.Tensor | int) -> None:
         """Record an encoder run's real tokens (its rows' lengths on the host, or a count), read
@@ -106,6 +115,7 @@ class Runner:
         if self.seed is None:  # outside a training step (a method called directly): torch's dropout
             return fn(*inputs, **kwargs)
         rows = inputs[0].size(0)
+        self.largest = max(self.largest, rows)
         keys = self.row_keys(rows, inputs[0].device)
         if not self.chunk_size or rows <= self.chunk_size or not torch.is_grad_enabled():
             with keyed.keys(keys):

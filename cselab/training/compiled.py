@@ -2,9 +2,10 @@
 killed mid-compile cannot poison for the jobs after it.
 
 ``auto`` (the default) is CUDA graphs (``reduce-overhead``) for a single-process CUDA run without
-gradient caching, where it was measured fastest (docs/speed.md), and the eager step everywhere
-else. Compiling changes no result (the step's math and its keyed dropout are the same), so the
-setting is operational.
+gradient caching (``training.chunk_size`` as planned for the device: :mod:`cselab.training.memory`),
+where it was measured fastest (docs/speed.md), and the eager step everywhere else. Compiling
+changes no result (the step's math and its keyed dropout are the same), so the setting is
+operational.
 
 A job killed while inductor writes its cache can leave an empty file behind (a 0-byte ``.so``
 was seen): the next job loads it and every compiled step fails. Before compiling, a run removes
