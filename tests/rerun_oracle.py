@@ -164,6 +164,7 @@ def candidates(value: Any, schema: dict, siblings: list[Any]) -> list[Any]:
     elif value is None:
         out += [{"integer": 7, "number": 0.5, "boolean": True, "string": "x", "object": {}}[t] for t in types
                 if t in ("integer", "number", "boolean", "string", "object")]
+        out += [512] if "integer" in types else []  # a count bounded below by another setting (chunk_tokens)
     out += [s for s in siblings if s != value and (value is None or type(s) is type(value))
             and not isinstance(s, (dict, list))]
     if isinstance(value, str):

@@ -39,12 +39,13 @@ print("RESULT", json.dumps({{**seen, "graphs": counters["stats"]["unique_graphs"
 """
 
 
-@pytest.mark.parametrize("device, world, chunk, expected", [
-    ("cuda", 1, None, "reduce-overhead"), ("cpu", 1, None, False), ("cuda", 2, None, False), ("cuda", 1, 16, False)])
-def test_auto_is_cuda_graphs_on_one_gpu_without_gradient_caching(device, world, chunk, expected):
-    assert compiled.compile_mode("auto", torch.device(device), world, chunk) == expected
+@pytest.mark.parametrize("device, world, expected", [
+    ("cuda", 1, "reduce-overhead"), ("cpu", 1, False), ("cuda", 2, False)])
+def test_auto_is_cuda_graphs_on_one_gpu(device, world, expected):
+    """With gradient caching too: its chunks are compiled in their fixed shape (tests/test_chunks.py)."""
+    assert compiled.compile_mode("auto", torch.device(device), world) == expected
     for explicit in (False, True, "max-autotune"):  # a mode the config names is kept
-        assert compiled.compile_mode(explicit, torch.device(device), world, chunk) == explicit
+        assert compiled.compile_mode(explicit, torch.device(device), world) == explicit
 
 
 def test_empty_cache_files_are_removed_and_nothing_else(tmp_path, caplog):

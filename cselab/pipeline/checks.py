@@ -81,6 +81,14 @@ def check_training(training: dict, where: str, trains: bool = True) -> None:
     if isinstance(training["chunk_size"], int) and not training["keyed_dropout"]:  # auto: never chunks then
         raise ConfigError(f"config key '{where}.chunk_size': gradient caching replays dropout keyed by row; "
                           f"set training.keyed_dropout: true or chunk_size: null")
+    tokens = training.get("chunk_tokens")
+    if tokens and tokens < training["max_len"]:
+        raise ConfigError(f"config key '{where}.chunk_tokens': {tokens} tokens is less than the longest sentence "
+                          f"(training.max_len {training['max_len']}): a chunk holds at least one; raise it or set "
+                          "chunk_tokens: null")
+    if tokens and not training["keyed_dropout"]:
+        raise ConfigError(f"config key '{where}.chunk_tokens': gradient caching replays dropout keyed by row; "
+                          f"set training.keyed_dropout: true or chunk_tokens: null")
     if not trains:
         return
     processes = training["devices"] * training["nodes"]

@@ -301,7 +301,8 @@ def _training(s: Sizes, p: rc.Pricing, run: Run, gpus: int, scored: bool) -> tup
     factor = sum(p.value(f"train_factor:{c}") for c in run.components)
     factor += sum(p.value(f"train_extra:{a}") for a in run.auxiliaries)
     held, rows = held_batch(s, p, run)
-    if held.chunk_size and held.chunk_size < rows:
+    chunk = held.chunk_size or (held.chunk_tokens and max(1, held.chunk_tokens // memory.tokens_of(t.max_len)))
+    if chunk and chunk < rows:
         factor *= p.value("train_chunk_factor")
     sentences = -(-t.batch_size // (t.devices * t.nodes * t.accumulation_steps))
     parts = -(-sentences // held.micro_batch) if held.micro_batch else 1  # accumulated micro-batches: a launch each
@@ -341,7 +342,7 @@ def held_batch(s: Sizes, p: rc.Pricing, run: Run) -> tuple[memory.StepPlan, int]
     model = memory.Model(shape.layers, shape.hidden, shape.intermediate, shape.vocab, shape.parameters)
     held = memory.plan_step(t.chunk_size, per_sentence and bool(run.methods), model, footprint, sentences,
                             memory.tokens_of(t.max_len), t.precision, device, what=f"{run.plm} ({p.book.path.stem})",
-                            can_chunk=t.keyed_dropout)
+                            can_chunk=t.keyed_dropout, chunk_tokens=t.chunk_tokens)
     return held, rows
 
 

@@ -11,7 +11,7 @@ POSITIVE = {"minimum": 1}
 #: the settings that change how a job runs (speed, memory, logging, processes), never its numbers:
 #: left out of a job's spec, so changing one never reruns it (:mod:`cselab.pipeline.experiments`)
 OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
-               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
+               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "chunk_tokens", "collapse", "peak_tflops")
 
 
 @settings
@@ -82,8 +82,8 @@ class Training:
                                        "this is part of the experiment); false: Hugging Face's padded forward")
     compile: Literal[False, True, "auto", "default", "reduce-overhead", "max-autotune"] = setting(
         "auto", doc="run the step through torch.compile while training (true = mode default; reduce-overhead adds "
-                    "CUDA graphs; auto = reduce-overhead on one CUDA device where the batch runs unchunked, else "
-                    "eager); "
+                    "CUDA graphs; auto = reduce-overhead on one CUDA device, else eager; with gradient caching "
+                    "each chunk is compiled in one fixed shape); "
                     "sequence lengths padded to multiples of 8; the compiled forward is the padded one (see "
                     "unpadded); operational: changes speed, not results, and retrains nothing")
     pad_to_multiple_of: int | None = setting(None, **POSITIVE,
@@ -128,6 +128,12 @@ class Training:
             "with the activation memory of one chunk (cselab/training/chunks.py); an objective whose loss is a sum "
             "over sentences (InfoCSE's stage 1) runs accumulated micro-batches of that many sentences instead; "
             "null: the batch whole; operational (chunks need keyed_dropout)")
+    chunk_tokens: int | None = setting(None, **POSITIVE,
+                                       doc="gradient caching by a token budget (sentence-transformers' "
+                                           "mini_batch_num_tokens): a chunk holds as many rows as fit this many "
+                                           "tokens at the batch's padded length (a compiled step's: max_len), "
+                                           "instead of chunk_size rows; at least max_len (a chunk holds a "
+                                           "sentence); null: chunk_size decides; operational (needs keyed_dropout)")
     collapse: Collapse = setting(Collapse,
                                  doc="the collapse alarm (cselab/training/diagnostics.py): a dev evaluation whose "
                                      "effective rank is below min_effective_rank or whose uniformity is above "

@@ -206,6 +206,7 @@ class Trainer:
         self.plan = plan or memory.StepPlan()  # how a step holds its batch (training.chunk_size)
         self.memory_confirmed = False  # the first step's peak memory logged (CUDA)
         self.sentences = 0  # this process's sentences in the last micro-batch
+        self.step_compiled = False  # training.compile: the step (or its chunks) compiled
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -236,7 +237,8 @@ class Trainer:
         if padded_because:
             log.info("training.unpadded: the padded forward for %s (%s)", spec.model, padded_because)
         self.objective = build_objective(spec, self.encoder, artifacts, plm_dir).to(self.dev)
-        self.objective.runner.chunk_size = self.plan.chunk_size  # training.chunk_size as planned for the device
+        runner = self.objective.runner  # training.chunk_size (chunk_tokens) as planned for the device
+        runner.chunk_size, runner.chunk_tokens = self.plan.chunk_size, self.plan.chunk_tokens
         sentences = read_sentences(corpus_path, min_lines=2)
 
         def tokenize(texts: list[str]):
@@ -284,7 +286,7 @@ class Trainer:
             # the single-process math, on every backend (absent: the methods have no BatchNorm head)
             if self.used("batchnorm_stats") and self.t.batchnorm_stats == "global":
                 D.global_batchnorm(trainable)
-            if self.objective.runner.chunk_size:  # a backward in several passes: gradients averaged after them
+            if self.objective.runner.chunked:  # a backward in several passes: gradients averaged after them
                 self.trainable = self.forward = trainable
                 return
             # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
@@ -302,14 +304,25 @@ class Trainer:
         batch shape. Batches are padded to multiples of ``pad_to_multiple_of`` (a few widths) and
         the encoder runs its padded forward at that width while training (static shapes, no host
         read); keyed dropout is one opaque op per site (:mod:`cselab.models.keyed_ops`), so
-        nothing breaks the graph. Evaluation keeps the eager encoder; weights are shared."""
+        nothing breaks the graph. With gradient caching each chunk is compiled instead, in one
+        fixed shape (:meth:`Runner.compile_chunks`), the rest of the step eager around them.
+        Evaluation keeps the eager encoder; weights are shared."""
         import torch._dynamo
 
         compiled.drop_partial_files(compiled.cache_dir())
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.encoder.static_shapes = True
-        self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
-        self.compile_mode, self.compile_retried = mode, False
+        self.compile_mode, self.compile_retried, self.step_compiled = mode, False, True
+        if self.objective.runner.chunked:
+            self.compile_chunks()
+        else:
+            self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
+
+    def compile_chunks(self) -> None:
+        """Gradient caching's chunks compiled in one fixed shape: the longest row a batch may have."""
+        multiple = self.t.pad_to_multiple_of or 8
+        self.objective.runner.compile_chunks(-(-self.t.max_len // multiple) * multiple, mode=self.compile_mode)
+        self.forward = self.trainable
 
     def guarded_step(self, index: torch.Tensor, window: Window, multiple: int) -> None:
         """:meth:`step`, run again from the state it began with (the random state, the logging
@@ -324,7 +337,7 @@ class Trainer:
         except torch.OutOfMemoryError as e:
             failed = " ".join([type(e).__name__ + ":", *str(e).split()])[:300]
         except compiled.compile_failures() as e:
-            if self.forward is self.trainable:
+            if not self.step_compiled:
                 raise
             self._undo_step(before, window)
             self._recompile(" ".join([type(e).__name__ + ":", *str(e).split()])[:300])
@@ -356,15 +369,20 @@ class Trainer:
             torch.cuda.empty_cache()
 
     def _recompile(self, reason: str) -> None:
+        runner = self.objective.runner
         if not self.compile_retried:
             log.warning("compiling the step failed (%s); compiling again in a fresh cache %s", reason,
                         compiled.fresh_cache())
             self.compile_retried = True
-            self.forward = torch.compile(self.trainable, mode=self.compile_mode, dynamic=False)
+            if runner.compiled is not None:
+                runner.graphs = {}
+            else:
+                self.forward = torch.compile(self.trainable, mode=self.compile_mode, dynamic=False)
         else:
             log.warning("compiling the step failed again (%s); training goes on with the eager step "
                         "(the same numbers, slower)", reason)
-            self.forward = self.trainable
+            self.forward, self.step_compiled = self.trainable, False
+            runner.compile_chunks(None)
 
     def halve_chunks(self, reason: str) -> None:
         """After an out-of-memory error: the step's chunks (rows a network run; a per-sentence
@@ -372,24 +390,25 @@ class Trainer:
         step that failed at one row a chunk, or one of several processes (which cannot rerun a step
         alone), ends in one message naming the setting."""
         runner, plan, t = self.objective.runner, self.plan, self.t
-        current = (plan.micro_batch or self.sentences) if plan.per_sentence else (runner.chunk_size or runner.largest)
+        tokens = memory.tokens_of(t.max_len)
+        chunk = runner.chunk_size or (runner.chunk_tokens and max(1, runner.chunk_tokens // tokens)) or runner.largest
+        current = (plan.micro_batch or self.sentences) if plan.per_sentence else chunk
         free = torch.cuda.mem_get_info(self.dev)[0] if self.dev.type == "cuda" else None
         if self.world > 1:
             raise CselabError(f"training {self.spec.id}: out of device memory on one of {self.world} processes "
                               f"({reason}); set training.chunk_size to rows a network run below {current}")
         if current <= 1 or not (plan.per_sentence or runner.keyed):
-            raise memory.too_large(self.spec.model, self.sentences, memory.tokens_of(t.max_len), free) from None
+            raise memory.too_large(self.spec.model, self.sentences, tokens, free) from None
         half = current // 2
         if plan.per_sentence:
             self.plan = dataclasses.replace(plan, micro_batch=half, reason=f"micro-batches of {half} sentences")
             what = f"micro-batches of {half} sentences"
         else:
-            runner.chunk_size = half
-            self.plan = dataclasses.replace(plan, chunk_size=half, reason=f"chunks of {half} rows")
+            runner.chunk_size, runner.chunk_tokens = half, None
+            self.plan = dataclasses.replace(plan, chunk_size=half, chunk_tokens=None, reason=f"chunks of {half} rows")
             what = f"chunks of {half} rows"
-            if self.forward is not self.trainable and self.compile_mode == "reduce-overhead":
-                self.forward = self.trainable  # CUDA graphs replay no gradient cache: eager, as compile auto runs it
-                what += ", eager"
+            if self.forward is not self.trainable:  # the whole step was compiled: its chunks are, instead
+                self.compile_chunks()
         log.warning("out of device memory in step %d (%s): running it again in %s (training.chunk_size %s)",
                     self.state.step + 1, reason, what, t.chunk_size)
 
@@ -707,8 +726,7 @@ def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | 
     settings = training_settings({**spec.training_dict(), **(operational or {})})  # a key left out: its default
     dev = _device(device)
     plan = step_plan(spec, settings, dev, D.world_size())
-    settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size(),
-                                                                            plan.chunk_size))
+    settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size()))
     if settings.compile and not settings.pad_to_multiple_of:  # a compiled step: a few batch widths
         settings = dataclasses.replace(settings, pad_to_multiple_of=8)
     set_seed(spec.seed)  # the same on every process: the data order is shared
@@ -751,7 +769,7 @@ def step_plan(spec: ExperimentSpec, t, dev: torch.device, world: int) -> memory.
         free = torch.cuda.mem_get_info(dev)[0]
     sentences = -(-t.batch_size // (world * t.accumulation_steps))
     plan = memory.plan_step(t.chunk_size, per_sentence, model, footprint, sentences, memory.tokens_of(t.max_len),
-                            t.precision, free, what=spec.model, can_chunk=t.keyed_dropout)
+                            t.precision, free, what=spec.model, can_chunk=t.keyed_dropout, chunk_tokens=t.chunk_tokens)
     if free is not None:
         log.info("training.chunk_size auto: %s (%d sentences a process of up to %d tokens; %.1f GB free)",
                  plan.reason, sentences, memory.tokens_of(t.max_len), free / 1e9)

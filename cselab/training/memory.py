@@ -77,6 +77,7 @@ class StepPlan:
     chunk_size: int | None = None
     micro_batch: int | None = None
     reason: str = "the batch runs whole"
+    chunk_tokens: int | None = None  # gradient caching by a token budget (training.chunk_tokens)
     per_sentence: bool = False  # the objective's loss is a sum over sentences (micro-batches, not chunks)
     estimate_bytes: float = math.nan  # the estimated peak of the step as planned
     available_bytes: float = math.nan  # the device memory it was planned in
@@ -103,13 +104,20 @@ def sentence_bytes(model: Model, footprint: Footprint, tokens: int, precision: s
 
 def plan_step(setting: int | str | None, per_sentence: bool, model: Model | None, footprint: Footprint,
               sentences: int, tokens: int, precision: str, device_bytes: float | None, what: str = "the model",
-              can_chunk: bool = True) -> StepPlan:
+              can_chunk: bool = True, chunk_tokens: int | None = None) -> StepPlan:
     """The :class:`StepPlan` of ``training.chunk_size`` = ``setting`` for a step of ``sentences``
     sentences (this process's micro-batch) of at most ``tokens`` tokens, on a device with
     ``device_bytes`` free (None: the CPU, where ``auto`` runs whole). A batch that does not fit
     even one row at a time (or at all, where chunks cannot run: ``can_chunk`` False, torch's own
     dropout) raises one ConfigError naming ``what`` (the model), the batch, the device's memory and
-    the setting to change."""
+    the setting to change. ``chunk_tokens`` (``training.chunk_tokens``) wins over ``setting``:
+    chunks of that many tokens (a per-sentence objective's micro-batches of that many at ``tokens`` a row)."""
+    if chunk_tokens:
+        rows = max(1, chunk_tokens // tokens)
+        if per_sentence:
+            return StepPlan(micro_batch=rows, per_sentence=True,
+                            reason=f"micro-batches of {rows} sentences (training.chunk_tokens {chunk_tokens})")
+        return StepPlan(chunk_tokens=chunk_tokens, reason=f"chunks of {chunk_tokens} tokens (training.chunk_tokens)")
     if setting is None or setting == "auto" and not device_bytes:
         return StepPlan(per_sentence=per_sentence)
     if setting != "auto":

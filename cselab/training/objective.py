@@ -178,7 +178,8 @@ def build_objective(spec: ExperimentSpec | dict, encoder: nn.Module, artifacts: 
     spec = ExperimentSpec.of(spec)
     components = []
     chunk = spec.training.chunk_size  # auto: decided by the loop for the device (cselab/training/memory.py)
-    runner = Runner(chunk if isinstance(chunk, int) else None, keyed=spec.training.keyed_dropout)
+    runner = Runner(chunk if isinstance(chunk, int) else None, keyed=spec.training.keyed_dropout,
+                    chunk_tokens=spec.training.chunk_tokens)
     for entry in spec.components():
         cls = method_class(entry.method)
         options = cls.check_options(entry.options)
