@@ -207,6 +207,9 @@ class Trainer:
         self.memory_confirmed = False  # the first step's peak memory logged (CUDA)
         self.sentences = 0  # this process's sentences in the last micro-batch
         self.step_compiled = False  # training.compile: the step (or its chunks) compiled
+        self.stepped = False  # this attempt ran a step
+        self.batch_width: int | None = None  # a compiled step's one batch width (compile_step)
+        self.widths_given = False  # training.pad_to_multiple_of was set: a compiled step keeps its widths
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -313,10 +316,13 @@ class Trainer:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.encoder.static_shapes = True
         self.compile_mode, self.compile_retried, self.step_compiled = mode, False, True
+        if not self.widths_given:  # every batch at the longest row's width: one shape, cached for later jobs
+            self.batch_width = memory.tokens_of(self.t.max_len)
         if self.objective.runner.chunked:
             self.compile_chunks()
         else:
             self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
+        self.precision.compile_update(self.optimizer, self.params, self.t.max_grad_norm)
 
     def compile_chunks(self) -> None:
         """Gradient caching's chunks compiled in one fixed shape: the longest row a batch may have."""
@@ -378,11 +384,14 @@ class Trainer:
                 runner.graphs = {}
             else:
                 self.forward = torch.compile(self.trainable, mode=self.compile_mode, dynamic=False)
+            self.precision.uncompile_update(self.optimizer)
+            self.precision.compile_update(self.optimizer, self.params, self.t.max_grad_norm)
         else:
             log.warning("compiling the step failed again (%s); training goes on with the eager step "
                         "(the same numbers, slower)", reason)
             self.forward, self.step_compiled = self.trainable, False
             runner.compile_chunks(None)
+            self.precision.uncompile_update(self.optimizer)
 
     def halve_chunks(self, reason: str) -> None:
         """After an out-of-memory error: the step's chunks (rows a network run; a per-sentence
@@ -613,7 +622,7 @@ class Trainer:
         utilisation = diagnostics.mfu(self.encoder_parameters, window.encoded / window.seconds, self.peak)
         if utilisation is not None:
             speed["mfu"] = utilisation
-        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": self.scheduler.get_last_lr()[0], **speed})
+        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": float(self.scheduler.get_last_lr()[0]), **speed})
         return Window()
 
     def run_epochs(self, checkpoints: Checkpoints | None) -> None:
@@ -621,7 +630,7 @@ class Trainer:
         ``eval_steps`` (and the last step with ``eval_at_end``), checkpoints every
         ``checkpoint_steps``."""
         t, s, sched = self.t, self.state, self.schedule
-        multiple = t.pad_to_multiple_of or 1  # with compile, 8 unless set (train)
+        multiple = self.batch_width or t.pad_to_multiple_of or 1  # with compile, one width unless set (train)
         # a pretraining stage is not scored (no dev_score; its spec has no eval_steps / eval_at_end)
         eval_steps, log_steps, every = t.eval_steps or 0, t.log_steps, t.checkpoint_steps
         window = Window.restore(s.window)
@@ -631,8 +640,13 @@ class Trainer:
             if s.order is None:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
             while s.next_start < sched.per_epoch * sched.batch_size:
+                tic = time.perf_counter()
                 with record_function("cselab.step"), self.phase("train_steps"):  # the profiler's view of a step
                     self.guarded_step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
+                if not self.stepped:
+                    self.stepped = True
+                    log.info("the first step took %.1f s%s", time.perf_counter() - tic,
+                             " (its compile included)" if self.step_compiled else "")
                 s.next_start += sched.batch_size
                 if progress:
                     progress.update(s.step)
@@ -727,10 +741,12 @@ def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | 
     dev = _device(device)
     plan = step_plan(spec, settings, dev, D.world_size())
     settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size()))
-    if settings.compile and not settings.pad_to_multiple_of:  # a compiled step: a few batch widths
+    given = bool(settings.pad_to_multiple_of)
+    if settings.compile and not given:  # a compiled step: one batch width (compile_step), the methods' parts a few
         settings = dataclasses.replace(settings, pad_to_multiple_of=8)
     set_seed(spec.seed)  # the same on every process: the data order is shared
     run = Trainer(spec.with_training(settings), dev, out_dir, dev_score, on_log, plan)
+    run.widths_given = given
     with run.phase("set_up"):
         run.set_up(corpus_path, artifacts, token_cache)
         run.optimizer_and_schedule()
