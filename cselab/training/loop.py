@@ -401,7 +401,8 @@ class Trainer:
         runner, plan, t = self.objective.runner, self.plan, self.t
         tokens = memory.tokens_of(t.max_len)
         chunk = runner.chunk_size or (runner.chunk_tokens and max(1, runner.chunk_tokens // tokens)) or runner.largest
-        current = (plan.micro_batch or self.sentences) if plan.per_sentence else chunk
+        chunk = min(chunk, runner.largest or chunk)  # a chunk as large as the runs is the whole run
+        current = min(plan.micro_batch or self.sentences, self.sentences) if plan.per_sentence else chunk
         free = torch.cuda.mem_get_info(self.dev)[0] if self.dev.type == "cuda" else None
         if self.world > 1:
             raise CselabError(f"training {self.spec.id}: out of device memory on one of {self.world} processes "
