@@ -203,7 +203,8 @@ class Trainer:
         self.state = LoopState()
         self.phases: dict[str, float] = {}  # wall seconds by phase (:meth:`phase`), this attempt's
         self.stop = StopFlag()  # set by a stop signal while the epochs run (:func:`train`)
-        self.plan = plan or memory.StepPlan()  # how a step holds its batch (training.chunk_size)
+        # how a step holds its batch (training.chunk_size): train()'s plan, else planned here alike
+        self.plan = plan or step_plan(spec, self.t, device, self.world)
         self.memory_confirmed = False  # the first step's peak memory logged (CUDA)
         self.sentences = 0  # this process's sentences in the last micro-batch
         self.step_compiled = False  # training.compile: the step (or its chunks) compiled
