@@ -225,7 +225,8 @@ COMPILED_CASES = ["simcse", "compcse-both", "rtd", "infocse_mlm", "infocse_pretr
 def test_compiled_chunks_in_one_fixed_shape_are_the_eager_and_the_full_batch_step(tiny_bert, generator, case):
     """Chunks compiled in their fixed shape (3 rows x 32 tokens: the last chunk's rows and every
     row's tokens padded, then cut) give the eager chunked step's and the full batch's loss and
-    gradients (dynamo's graphs, run by aot_eager here; the inductor path is the training test below)."""
+    gradients (dynamo's graphs, run by aot_eager: inductor's C++ build of every case would take many
+    minutes on this machine; tests/test_compiled.py trains through inductor)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -245,11 +246,13 @@ def test_compiled_chunks_in_one_fixed_shape_are_the_eager_and_the_full_batch_ste
 
 def test_a_compiled_cached_step_compiles_its_chunks_once(tiny_bert, tmp_path, monkeypatch, capsys):
     """``training.compile`` with gradient caching (SimCSE, batch 8 in chunks of 4 rows, max_len 16),
-    22 steps of sentences of varying lengths (batch widths 8 and 16): the chunks' graphs are made in
-    the first step (one without a graph, one with) and none after it, no graph breaks; the aten ops
-    dispatched outside the compiled chunks (their forward and backward) are counted over steps 3-22
-    and reported. dynamo's graphs run by aot_eager (inductor's C++ build takes minutes here; the same
-    count of graphs and ops was measured with it, docs/speed.md)."""
+    22 steps of sentences of varying lengths (batches whose longest sentence pads to 8 and to 16
+    tokens; a compiled step builds every batch 16 wide): the chunks' graphs (one without a graph,
+    one with) and the optimizer update's are made in the first step and none after it, with no
+    graph break but torch's optimizer step's own; the aten ops dispatched outside the compiled
+    regions (the chunks' forward and backward, the update) are counted over steps 3-22 and
+    reported. dynamo's graphs run by aot_eager (inductor's C++ build takes minutes here; with it
+    the same graphs and ops were counted, docs/speed.md)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
     from torch.utils._python_dispatch import _disable_current_modes
@@ -270,9 +273,9 @@ def test_a_compiled_cached_step_compiles_its_chunks_once(tiny_bert, tmp_path, mo
 
     monkeypatch.setattr(torch, "compile", compile_)
     monkeypatch.setattr(torch.autograd, "backward", outside_counting(real_backward))  # the replays' compiled backward
-    widths, run = set(), chunks.Runner.run
-    monkeypatch.setattr(chunks.Runner, "run", lambda self, fn, *a, **k: widths.add(a[0].size(1)) or run(self, fn, *a,
-                                                                                                        **k))
+    widths, run = set(), chunks.Runner.run  # (the batch's width, its longest sentence's tokens, rounded up to 8)
+    monkeypatch.setattr(chunks.Runner, "run", lambda self, fn, *a, **k: widths.add(
+        (a[0].size(1), -(-int(a[2].max()) // 8) * 8)) or run(self, fn, *a, **k))
     torch._dynamo.reset()
     counters.clear()
     graphs, counter = {}, OpCounter()
@@ -293,11 +296,13 @@ def test_a_compiled_cached_step_compiles_its_chunks_once(tiny_bert, tmp_path, mo
     spec = spec_for(tiny_bert, "simcse", chunk_size=4, max_steps=22, eval_steps=None, log_steps=1, dropout=0.1,
                     compile=True)
     train(spec, corpus, lambda encoder: 0.0, tmp_path / "out", device="cpu", on_log=on_log)
-    assert widths == {8, 16}, widths  # the batches' widths vary; the compiled chunks' is 16
-    assert graphs[1] == 2 and set(graphs.values()) == {2}, graphs  # no graph after the first step
-    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert widths == {(16, 8), (16, 16)}, widths  # the sentences' lengths vary; every batch is 16 wide
+    # the chunks' two and the optimizer update's, all in the first step, none after it
+    assert graphs[1] >= 3 and set(graphs.values()) == {graphs[1]}, graphs
+    # none but the two torch's optimizer step makes around itself (its grad mode)
+    assert not [k for k in counters["graph_break"] if "graph_break()" not in k], dict(counters["graph_break"])
     per_step = sum(counter.ops.values()) / 20
     with capsys.disabled():
         print(f"\ncompiled cached step: {per_step:.0f} aten ops a step outside the compiled chunks; most: "
               f"{counter.ops.most_common(4)}")
-    assert per_step < 1000  # the loss, the chunks' padding and outputs, AdamW's for-loop on the CPU
+    assert per_step < 300  # the loss, the chunks' slices and outputs (the optimizer's update is compiled too)

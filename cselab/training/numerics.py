@@ -4,6 +4,7 @@ AdamW with the HF Trainer's linear schedule, as the references trained."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 
@@ -62,17 +63,30 @@ class Precision:
         of an overflowed step stays outside, the step alone. The numbers are the eager step's, to
         float rounding."""
         tensor_rates(optimizer)
+        # the schedule wraps the step to note that it ran, in a file dynamo does not trace: the
+        # step itself is compiled, and noted as run outside (optimizer._opt_called, the wrapper's)
+        step = torch.compile(functools.partial(getattr(optimizer.step, "__wrapped__", type(optimizer).step), optimizer))
+
+        def noted(*args, **kwargs):
+            optimizer._opt_called = True
+            return step(*args, **kwargs)
+
         if self.scaler.is_enabled():
-            self.eager_step = optimizer.step  # the schedule's wrapper of it, when it has one
-            optimizer.step = torch.compile(optimizer.step)
+            self.eager_step, optimizer.step = optimizer.step, noted
             return
 
         def update() -> None:
             if max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            optimizer.step()
+            type(optimizer).step(optimizer)
 
-        self.update = torch.compile(update)
+        compiled_update = torch.compile(update)
+
+        def noted_update() -> None:
+            optimizer._opt_called = True
+            compiled_update()
+
+        self.update = noted_update
 
     def uncompile_update(self, optimizer: torch.optim.Optimizer) -> None:
         """Back to the eager clipping and step (after compiling failed twice)."""
