@@ -309,6 +309,7 @@ def training_mem_mb(spec: ExperimentSpec | dict, processes: int = 1) -> int:
         return 32000
     t = spec.training
     params = shape.nonembedding + (shape.vocab + shape.positions) * shape.hidden
-    rows = 3 * min(t.batch_size, t.chunk_size or t.batch_size)  # up to three views (CompCSE, the edits)
+    chunk = t.chunk_size if isinstance(t.chunk_size, int) else t.batch_size  # auto: whole, as on the CPU
+    rows = 3 * min(t.batch_size, chunk)  # up to three views (CompCSE, the edits)
     activations = rows * t.max_len * shape.hidden * shape.layers * 24
     return int(math.ceil((3e9 + 16 * params + activations) * processes / 1e9)) * 1000

@@ -127,6 +127,34 @@ class MethodConfig:
         """Upstream artifacts: role -> name of a ``pretraining:`` entry (built per PLM)."""
         return {}
 
+    #: the loss is a sum over sentences (a mean over its units, :meth:`loss_units`): no in-batch
+    #: negatives, no batch statistics; an objective all of whose methods declare it runs a batch
+    #: too large for the device as accumulated micro-batches (cselab/training/memory.py)
+    per_sentence: ClassVar[bool] = False
+
+    @classmethod
+    def per_sentence_problem(cls, options) -> str | None:
+        """Why this method, with these options, is not per sentence (None: it is)."""
+        if not cls.per_sentence:
+            return "its loss is not a sum over sentences (in-batch terms)"
+        if getattr(options, "head", None) == "batchnorm":
+            return "its BatchNorm head normalises over the batch"
+        return None
+
+    @classmethod
+    def footprint(cls, options, layers: int):
+        """What a sentence costs the step's memory (:class:`cselab.training.memory.Footprint`) for an
+        encoder of ``layers`` layers: by default two views through the encoder."""
+        from cselab.training.memory import Footprint
+
+        return Footprint(layers=2 * layers)
+
+    def loss_units(self, batch: dict):
+        """What a per-sentence method's loss terms average over in ``batch`` (a count, a tensor on the
+        batch's device): micro-batches are weighted by their share of it, so that their gradients sum
+        to the whole batch's. Default: the batch's sentences."""
+        return batch["input_ids"].size(0)
+
     @classmethod
     def training_reads(cls) -> frozenset[str]:
         """The training settings the method's code reads (see :meth:`training_read_sites`)."""
