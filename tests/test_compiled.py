@@ -191,12 +191,13 @@ def test_training_jobs_share_the_workflows_compile_cache_unless_one_is_named(tmp
     monkeypatch.chdir(tmp_path)
     smk = SimpleNamespace(input=SimpleNamespace(corpus=str(make_corpus(tmp_path / "corpus.txt", 4))), params=
                           SimpleNamespace(artifacts={}), log=[], threads=1)
+    one_process = SimpleNamespace(training=SimpleNamespace(devices=1, nodes=1))
     for named in (None, os.path.abspath(default_cache_dir()), str(tmp_path / "mine")):
         if named is None:
             monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
         else:
             monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", named)
-        train_job._loop(smk, spec=None, ops={}, out_dir=tmp_path / "run", dev_score=None, r=None)
+        train_job._loop(smk, spec=one_process, out_dir=tmp_path / "run", dev_score=None, r=None)
     shared = str(tmp_path / "results" / "cache" / "compile")
     assert seen == [shared, shared, str(tmp_path / "mine")]
     assert compiled.cache_dir() == tmp_path / "mine"

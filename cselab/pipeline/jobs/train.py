@@ -52,7 +52,7 @@ def _job_run(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, **run_kwargs):
     tracking.forget_run(out_dir)
 
 
-def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
+def _loop(smk, spec: ExperimentSpec, out_dir: Path, dev_score, r):
     """The training loop on ``training.devices`` processes per node of ``training.nodes`` (one:
     in this process); rank 0 reports every curve row to this job's MLflow run."""
     from cselab.pipeline.tracking import RunMetrics
@@ -156,7 +156,7 @@ def train(smk) -> None:
     dev_score = partial(stsb_dev_score, senteval=senteval_root(smk.input.senteval),
                         batch_size=spec.training.dev_batch_size)
     with owner(out_dir, smk, spec), _job_run(smk, spec, ops, out_dir) as r:
-        result = _loop(smk, spec, ops, out_dir, dev_score, r)
+        result = _loop(smk, spec, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec.id, **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
         r.log_artifact(smk.output.curve)
@@ -170,7 +170,7 @@ def pretrain(smk) -> None:
     spec = ExperimentSpec.from_dict(smk.params.spec, operational=ops)
     out_dir = Path(smk.output.model).parent
     with owner(out_dir, smk, spec), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
-        result = _loop(smk, spec, ops, out_dir, None, r)
+        result = _loop(smk, spec, out_dir, None, r)
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec.name, "spec": spec.to_dict(), "steps": result.steps})
         write_json(smk.output.summary, {"stage": spec.id, **_summary(result, r, scored=False)})
