@@ -471,9 +471,14 @@ def speed_cases(args, keys: list[str] | None = None) -> list[tuple[str, str, int
             batch = case[3] if args.device == "cuda" else min(case[3], small)
             rows.append((name, name, batch, {"chunk_size": None}, False))
     for batch, chunk in ((64, 16), (1024, 128)) if args.device == "cuda" else ((small, small // 4), (large, large // 8)):
-        # gradient caching runs eager (compile: auto leaves it eager), so its baseline does too
+        # the default (compile: auto) compiles gradient caching's chunks in one fixed shape; each beside
+        # the unchunked step, eager and in the default mode, and the eager chunks
         rows += [(f"simcse unchunked b{batch}", "simcse", batch, {"chunk_size": None, **eager}, False),
-                 (f"simcse chunk {chunk} b{batch}", "simcse", batch, {"chunk_size": chunk}, False)]
+                 (f"simcse unchunked auto b{batch}", "simcse", batch, {"chunk_size": None}, False),
+                 (f"simcse chunk {chunk} b{batch}", "simcse", batch, {"chunk_size": chunk}, False),
+                 (f"simcse chunk {chunk} eager b{batch}", "simcse", batch, {"chunk_size": chunk, **eager}, False)]
+    stage1 = 1024 if args.device == "cuda" else small  # InfoCSE's stage 1 in accumulated micro-batches of an eighth
+    rows.append(("infocse-stage1 micro", "infocse-stage1", stage1, {"chunk_size": stage1 // 8}, False))
     keys = keys or (args.speed_cases.split(",") if args.speed_cases else None)
     if keys:
         by_key = {f"{r[0].replace(' ', '_')}@{r[2]}": r for r in rows}

@@ -4,11 +4,12 @@
 # On the GPU machine (shared/gpu/README.md; carry .device):
 #   source .device/setup.sh && bash benchmarks_scripts/gpu_session.sh 1     # then 2, 3; 4 re-checks after tuning
 # 5 is one call for a short lease after 1 and 2: the correctness on main beside stage 3, then the
-# default mode (compile: auto) of every timed case that stages 1-2 measured eager only; 6 follows 5
+# default mode (compile: auto) of every timed case that stages 1-2 measured eager only; 6 follows 5;
+# 7 is issue 70's (compiled chunks, the step's fixed part in its graphs, one compile per workflow)
 # Rehearsed on the CPU at tiny size with the same stages:
 #   OUT=/tmp/out SIZE=tiny DEVICE=cpu bash benchmarks_scripts/gpu_session.sh 1
 set -uo pipefail
-stage=${1:?stage 1, 2, 3, 4, 5 or 6}
+stage=${1:?stage 1, 2, 3, 4, 5, 6 or 7}
 OUT=${OUT:?set OUT}
 SIZE=${SIZE:-base}
 DEVICE=${DEVICE:-cuda}
@@ -103,5 +104,23 @@ case "$stage" in
         echo "$cache cache: exit $? $(grep -h "where the job's time went" logs/train/simcse-minilm-s42.log | cut -c24-)" \
             | tee -a "$OUT/compile_cache.txt"
     done
+    ;;
+7)  # issue 70, in the order its rows matter (each written as it is measured): gradient caching
+    # against the unchunked step at 64/16 and 1024/128 (the default mode compiles the chunks in one
+    # fixed shape; eager and default baselines, the eager chunks), the headline cases in the
+    # default mode (the optimizer's step now compiled: SimCSE at 64 >= 25% MFU?), InfoCSE's stage 1
+    # whole and in accumulated micro-batches, then the first and a later training job's compile
+    # through Snakemake (a new workflow folder, one job at a time)
+    b=${chunks[0]} c=${chunks[1]} B=${chunks[2]} C=${chunks[3]} s1=$([ "$DEVICE" = cuda ] && echo 1024 || echo "$small")
+    timeout 240 "${acc[@]}" --sections speed --rounds 1 --out "$OUT/speed7_chunks" --batch-sizes "$small,$large" \
+        --speed-cases "simcse_unchunked_auto_b$b@$b,simcse_chunk_${c}_b$b@$b,simcse_unchunked_b$b@$b,simcse_unchunked_auto_b$B@$B,simcse_chunk_${C}_b$B@$B,simcse_unchunked_b$B@$B,simcse_chunk_${c}_eager_b$b@$b" \
+        2>&1 | grep -E "^\{|wrote|Error" | cut -c1-400
+    timeout 150 "${acc[@]}" --sections speed --rounds 1 --out "$OUT/speed7_default" --batch-sizes "$small,$large" \
+        --speed-cases "simcse@$small,simcse@$large,compcse@$small" 2>&1 | grep -E "^\{|wrote|Error" | cut -c1-400
+    timeout 150 "${acc[@]}" --sections speed --rounds 1 --out "$OUT/speed7_stage1" --batch-sizes "$small,$large" \
+        --speed-cases "infocse-stage1@$s1,infocse-stage1_micro@$s1" 2>&1 | grep -E "^\{|wrote|Error" | cut -c1-400
+    device_config
+    COMPILE=auto CORES=8 timeout 300 bash benchmarks_scripts/compile_cache.sh "$work/workflow" "$work/device.yaml" \
+        | tee "$OUT/compile_cache.txt"
     ;;
 esac

@@ -158,6 +158,16 @@ def _range(schema: dict) -> str:
     return f"{'<=' if high[0] == ']' else '<'} {high[1]}"
 
 
+def _alternative(schema: dict) -> str:
+    """One alternative of an ``anyOf`` in words: ``an integer >= 1``, ``'auto' or null``."""
+    if "enum" in schema:
+        return " or ".join("null" if v is None else repr(v) for v in schema["enum"])
+    kind = "an integer" if "integer" in _types(schema) else "a number" if "number" in _types(schema) else \
+        " or ".join(_types(schema)) or "a value"
+    bounded = any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"))
+    return f"{kind} {_range(schema)}" if bounded else kind
+
+
 def explain(error, where: str = "") -> str:
     """One jsonschema error as a sentence naming the config key (``where`` + the error's path)."""
     import difflib
@@ -183,6 +193,9 @@ def explain(error, where: str = "") -> str:
         kind = "an integer" if "integer" in _types(error.schema) else "a number"
         null = " or null" if "null" in _types(error.schema) else ""
         return f"config key '{key}': must be {kind} {_range(error.schema)}{null}, got {error.instance!r}"
+    if error.validator == "anyOf":
+        allowed = " or ".join(map(_alternative, error.validator_value))
+        return f"config key '{key}': must be {allowed}, got {error.instance!r}"
     if error.validator == "type" and isinstance(error.instance, str):
         try:
             float(error.instance)

@@ -35,6 +35,9 @@ try:
     cselab_invocation.set_up(INVOCATION, CFG)
 except (CselabError, OSError) as e:  # a full or read-only results/ included: one line naming it
     raise UserError(str(cselab_invocation.user_error(e)))
+# the jobs' config is the validated one (defaults filled in, sweeps and methods tables expanded,
+# as snakemake.utils.validate fills in defaults in place), beside the config as given (the cost plan's)
+cselab_invocation.hand_to_jobs(config, CFG)
 
 SPANS = CFG.get("spans", {})
 

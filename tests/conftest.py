@@ -13,13 +13,13 @@ sys.dont_write_bytecode = False
 # each other down by up to 6x (the GPU acceptance test at tiny size: 54 s alone, 336 s beside a
 # second copy with the default threads, 71 s with one thread each). Workflow jobs set their own
 # threads from their rules' `threads` (cselab.pipeline.jobs.set_threads), which the tests' Snakemake
-# runs cap at the same share (`--max-threads`, tests/smk_forks.capped).
+# runs cap at the same share (`--max-threads`, tests/helpers.capped).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _SHARE = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, _SHARE)
-    os.environ.setdefault("CSELAB_TEST_MAX_THREADS", _SHARE)  # Snakemake's --max-threads (tests/smk_forks.py)
+    os.environ.setdefault("CSELAB_TEST_MAX_THREADS", _SHARE)  # Snakemake's --max-threads (tests/helpers.capped)
 
 import pytest  # noqa: E402
 
@@ -65,22 +65,6 @@ def pytest_runtest_setup(item):
     if item.module is not _FROZEN_AT[0]:
         _FROZEN_AT[0] = item.module
         gc.freeze()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _job_host_template():
-    """One host template per test process (cselab.pipeline.jobhost.serve_template): the many
-    invocations of a session fork their job hosts from it instead of each importing MLflow, torch
-    and transformers again (about 8 CPU seconds an invocation that runs jobs)."""
-    from cselab.pipeline import jobhost
-
-    name = f"pytest-{os.getpid()}"
-    template = jobhost.start_template(name)
-    os.environ[jobhost.TEMPLATE_ENV] = name
-    yield
-    os.environ.pop(jobhost.TEMPLATE_ENV, None)
-    template.terminate()
-    template.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

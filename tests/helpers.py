@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,31 @@ from cselab.data.senteval import STS_SUBSETS
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: set by tests/conftest.py with parallel test workers: each worker's share of the cores
+THREAD_CAP_ENV = "CSELAB_TEST_MAX_THREADS"
+
+
+def capped(cmd: list[str]) -> list[str]:
+    """``cmd`` with Snakemake's ``--max-threads`` at this worker's share of the cores where the
+    workers share the machine (:data:`THREAD_CAP_ENV`) and ``cmd`` runs jobs: a job's torch then
+    runs as many threads as the worker has cores. Two workers' jobs that each run OpenMP threads on
+    every core wait at every op's barrier for a thread the other holds off its core: the fault
+    file's three training tests beside one busy single-thread process took 964 s so, 159 s capped.
+    A dry run (it shows each job's threads) and a command that sets its own cap are unchanged."""
+    from cselab.pipeline.invocation import is_dry_run
+
+    cap = os.environ.get(THREAD_CAP_ENV)
+    if (not cap or cmd[:3] != [sys.executable, "-m", "snakemake"] or is_dry_run(cmd[3:])
+            or any(a.split("=")[0] == "--max-threads" for a in cmd)):
+        return cmd
+    return [*cmd[:3], "--max-threads", cap, *cmd[3:]]
+
+
+def run_snakemake(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)`` with
+    :func:`capped`'s thread cap: a Snakemake invocation as a user starts it."""
+    return subprocess.run(capped(cmd), capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def read_yaml(path: str | Path) -> Any:

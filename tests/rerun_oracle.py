@@ -133,10 +133,21 @@ def _resolve(schema: dict, node: dict) -> dict:
     return node
 
 
+def _fits(value: Any, schema: dict) -> bool:
+    """Whether ``value`` is of one of the schema's types (or in its enum)."""
+    if "enum" in schema:
+        return value in schema["enum"]
+    types = schema.get("type", [])
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
+    return names.get(type(value)) in ([types] if isinstance(types, str) else types)
+
+
 def candidates(value: Any, schema: dict, siblings: list[Any]) -> list[Any]:
     """Other values for a setting: its schema's other enum values, a nearby number within its
     bounds, the other boolean, another value the config gives the same key elsewhere."""
     out: list[Any] = []
+    for alternative in schema.get("anyOf", []):  # e.g. an integer or one of some names (chunk_size: auto)
+        out += candidates(value, alternative, []) if _fits(value, alternative) else candidates(None, alternative, [])
     if "enum" in schema:
         out += [v for v in schema["enum"] if v != value]
     types = schema.get("type", [])
@@ -153,6 +164,7 @@ def candidates(value: Any, schema: dict, siblings: list[Any]) -> list[Any]:
     elif value is None:
         out += [{"integer": 7, "number": 0.5, "boolean": True, "string": "x", "object": {}}[t] for t in types
                 if t in ("integer", "number", "boolean", "string", "object")]
+        out += [512] if "integer" in types else []  # a count bounded below by another setting (chunk_tokens)
     out += [s for s in siblings if s != value and (value is None or type(s) is type(value))
             and not isinstance(s, (dict, list))]
     if isinstance(value, str):

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import smk_forks
-from tests.helpers import make_beir, make_senteval, make_tiny_bert
+from tests.helpers import make_beir, make_senteval, make_tiny_bert, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 EXP = "untrained-tiny"
@@ -25,7 +24,7 @@ EXP = "untrained-tiny"
 def _snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), "--cores", "2", *args]
-    proc = smk_forks.run(cmd, dict(os.environ), timeout=900)
+    proc = run_snakemake(cmd, dict(os.environ), timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
     return proc

@@ -73,17 +73,24 @@ def with_generator(options: dict, generator) -> dict:
     return {k: str(generator) if v == "GEN" else v for k, v in options.items()}
 
 
-def one_step(tiny_bert, generator, case: str, chunk_size: int | None, unpadded: bool = True):
+def one_step(tiny_bert, generator, case: str, chunk_size: int | None, unpadded: bool = True,
+             compiled: dict | None = None, **training):
     """The loss and every parameter's gradient of one training step on ``SENTENCES`` (dropout
-    on, the same torch seed), the way the loop runs it."""
+    on, the same torch seed), the way the loop runs it; ``compiled``: the chunks compiled in their
+    fixed shape (32 tokens) with these ``torch.compile`` arguments, the encoder's static shapes on,
+    as a compiled step runs them."""
     primary, options, auxiliaries = CASES[case]
     auxiliaries = {k: {**a, "options": with_generator(a["options"], generator)} for k, a in auxiliaries.items()}
     torch.manual_seed(0)
     encoder = load_encoder(tiny_bert)
     spec = {"objective": primary, "weight": 1.0, "options": with_generator(options, generator),
-            "auxiliaries": auxiliaries, "training": training_defaults(chunk_size=chunk_size, unpadded=unpadded)}
+            "auxiliaries": auxiliaries, "training": training_defaults(chunk_size=chunk_size, unpadded=unpadded,
+                                                                      **training)}
     objective = build_objective(spec, encoder, {}, tiny_bert)
     encoder.train(), objective.train()
+    if compiled is not None:
+        objective.runner.compile_chunks(32, **compiled)
+        encoder.static_shapes = True
     ids = encoder.tokenize(SENTENCES, 32)
     batch = {**encoder.pad(ids), "index": torch.arange(len(ids)), "lengths": torch.tensor([len(i) for i in ids])}
     torch.manual_seed(1)
@@ -108,11 +115,33 @@ def assert_same_gradients(a: dict, b: dict) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_chunked_step_is_the_full_batch_step(tiny_bert, generator, case):
+    """fp32: the loss to 1e-6, every gradient within 1e-5 of its norm, and no gradient element
+    off by more than 1e-5 (of the largest gradient, where gradients exceed 1: the tiny model's
+    BatchNorm and MLM heads reach 10-80, and fp32 rounds those to about 1e-6 of them)."""
     loss, grads = one_step(tiny_bert, generator, case, None)
+    largest = max(g.abs().max().item() for g in grads.values())
     for chunk_size in (3, 4):  # 16 rows of two views: 3 does not divide them, 4 does
         chunked_loss, chunked = one_step(tiny_bert, generator, case, chunk_size)
         assert chunked_loss == pytest.approx(loss, rel=1e-6), chunk_size
         assert_same_gradients(grads, chunked)
+        worst = max((g - chunked[name]).abs().max().item() for name, g in grads.items())
+        print(f"{case}, chunks of {chunk_size}: max abs gradient difference {worst:.2e} (largest gradient "
+              f"{largest:.2e})")
+        assert worst <= 1e-5 * max(1.0, largest), (chunk_size, worst, largest)
+
+
+def test_chunks_by_a_token_budget_are_the_full_batch_step(tiny_bert, generator, monkeypatch):
+    """``chunk_tokens``: as many rows a chunk as fit the budget at the run's width (SENTENCES pad to
+    14 tokens: 45 tokens are chunks of 3 rows), the full batch's gradients."""
+    from cselab.training import chunks
+
+    sizes, original = [], chunks.Runner._parts
+    monkeypatch.setattr(chunks.Runner, "_parts", lambda self, run: sizes.append(self._size(run)) or original(self, run))
+    loss, grads = one_step(tiny_bert, generator, "simcse", None)
+    chunked_loss, chunked = one_step(tiny_bert, generator, "simcse", None, chunk_tokens=45)
+    assert sizes and set(sizes) == {3}, sizes
+    assert chunked_loss == pytest.approx(loss, rel=1e-6)
+    assert_same_gradients(grads, chunked)
 
 
 def test_padded_forward_chunks_alike(tiny_bert, generator):
@@ -184,3 +213,96 @@ def test_resumed_chunked_run_equals_an_uninterrupted_one(tiny_bert, tmp_path):
     assert curve_rows(out) == curve_rows(tmp_path / "ref")
     assert_same_weights(out / "model", tmp_path / "ref" / "model")
 
+
+
+#: a network run of each kind: two views (SimCSE), the parts (CompCSE), a second network reading
+#: the sentence embedding (RTD's discriminator, InfoCSE's auxiliary network), per-token outputs
+#: (InfoCSE's stage 1)
+COMPILED_CASES = ["simcse", "compcse-both", "rtd", "infocse_mlm", "infocse_pretrain"]
+
+
+@pytest.mark.parametrize("case", COMPILED_CASES)
+def test_compiled_chunks_in_one_fixed_shape_are_the_eager_and_the_full_batch_step(tiny_bert, generator, case):
+    """Chunks compiled in their fixed shape (3 rows x 32 tokens: the last chunk's rows and every
+    row's tokens padded, then cut) give the eager chunked step's and the full batch's loss and
+    gradients (dynamo's graphs, run by aot_eager: inductor's C++ build of every case would take many
+    minutes on this machine; tests/test_compiled.py trains through inductor)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    loss, grads = one_step(tiny_bert, generator, case, None)
+    _, eager = one_step(tiny_bert, generator, case, 3)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled_loss, compiled = one_step(tiny_bert, generator, case, 3, compiled={"backend": "aot_eager"})
+    assert counters["stats"]["unique_graphs"] >= 2  # the chunks ran compiled: without and with a graph
+    assert compiled_loss == pytest.approx(loss, rel=1e-6)
+    largest = max(g.abs().max().item() for g in grads.values())
+    for reference in (grads, eager):
+        assert_same_gradients(reference, compiled)
+        worst = max((g - compiled[name]).abs().max().item() for name, g in reference.items())
+        assert worst <= 1e-5 * max(1.0, largest), worst
+
+
+def test_a_compiled_cached_step_compiles_its_chunks_once(tiny_bert, tmp_path, monkeypatch, capsys):
+    """``training.compile`` with gradient caching (SimCSE, batch 8 in chunks of 4 rows, max_len 16),
+    22 steps of sentences of varying lengths (batches whose longest sentence pads to 8 and to 16
+    tokens; a compiled step builds every batch 16 wide): the chunks' graphs (one without a graph,
+    one with) and the optimizer update's are made in the first step and none after it, with no
+    graph break but torch's optimizer step's own; the aten ops dispatched outside the compiled
+    regions (the chunks' forward and backward, the update) are counted over steps 3-22 and
+    reported. dynamo's graphs run by aot_eager (inductor's C++ build takes minutes here; with it
+    the same graphs and ops were counted, docs/speed.md)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from cselab.training import chunks
+    from tests.test_step_cost import OpCounter
+
+    real_compile, real_backward = torch.compile, torch.autograd.backward
+
+    def outside_counting(fn):
+        def call(*args, **kwargs):
+            with _disable_current_modes():  # a compiled region: not counted
+                return fn(*args, **kwargs)
+        return call
+
+    def compile_(fn, mode=None, **kwargs):
+        return outside_counting(real_compile(fn, backend="aot_eager", **kwargs))
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(torch.autograd, "backward", outside_counting(real_backward))  # the replays' compiled backward
+    widths, run = set(), chunks.Runner.run  # (the batch's width, its longest sentence's tokens, rounded up to 8)
+    monkeypatch.setattr(chunks.Runner, "run", lambda self, fn, *a, **k: widths.add(
+        (a[0].size(1), -(-int(a[2].max()) // 8) * 8)) or run(self, fn, *a, **k))
+    torch._dynamo.reset()
+    counters.clear()
+    graphs, counter = {}, OpCounter()
+
+    def on_log(row):
+        if "loss" not in row:  # the first STS-B dev score
+            return
+        graphs[row["step"]] = counters["stats"]["unique_graphs"]
+        if row["step"] == 2:
+            counter.__enter__()
+        if row["step"] == 22:
+            counter.__exit__(None, None, None)
+
+    corpus = tmp_path / "corpus.txt"  # 1 sentence in 10 long: some batches of 8 are all short (width 8)
+    words = "the dog runs fast in the park on a sunny day after school with friends".split()
+    corpus.write_text("".join(" ".join(words[i % 5:i % 5 + (12 if i % 10 == 0 else 3)]) + f" {i} .\n"
+                              for i in range(8 * 22)))
+    spec = spec_for(tiny_bert, "simcse", chunk_size=4, max_steps=22, eval_steps=None, log_steps=1, dropout=0.1,
+                    compile=True)
+    train(spec, corpus, lambda encoder: 0.0, tmp_path / "out", device="cpu", on_log=on_log)
+    assert widths == {(16, 8), (16, 16)}, widths  # the sentences' lengths vary; every batch is 16 wide
+    # the chunks' two and the optimizer update's, all in the first step, none after it
+    assert graphs[1] >= 3 and set(graphs.values()) == {graphs[1]}, graphs
+    # none but the two torch's optimizer step makes around itself (its grad mode)
+    assert not [k for k in counters["graph_break"] if "graph_break()" not in k], dict(counters["graph_break"])
+    per_step = sum(counter.ops.values()) / 20
+    with capsys.disabled():
+        print(f"\ncompiled cached step: {per_step:.0f} aten ops a step outside the compiled chunks; most: "
+              f"{counter.ops.most_common(4)}")
+    assert per_step < 300  # the loss, the chunks' slices and outputs (the optimizer's update is compiled too)

@@ -39,12 +39,13 @@ print("RESULT", json.dumps({{**seen, "graphs": counters["stats"]["unique_graphs"
 """
 
 
-@pytest.mark.parametrize("device, world, chunk, expected", [
-    ("cuda", 1, None, "reduce-overhead"), ("cpu", 1, None, False), ("cuda", 2, None, False), ("cuda", 1, 16, False)])
-def test_auto_is_cuda_graphs_on_one_gpu_without_gradient_caching(device, world, chunk, expected):
-    assert compiled.compile_mode("auto", torch.device(device), world, chunk) == expected
+@pytest.mark.parametrize("device, world, expected", [
+    ("cuda", 1, "reduce-overhead"), ("cpu", 1, False), ("cuda", 2, False)])
+def test_auto_is_cuda_graphs_on_one_gpu(device, world, expected):
+    """With gradient caching too: its chunks are compiled in their fixed shape (tests/test_chunks.py)."""
+    assert compiled.compile_mode("auto", torch.device(device), world) == expected
     for explicit in (False, True, "max-autotune"):  # a mode the config names is kept
-        assert compiled.compile_mode(explicit, torch.device(device), world, chunk) == explicit
+        assert compiled.compile_mode(explicit, torch.device(device), world) == explicit
 
 
 def test_empty_cache_files_are_removed_and_nothing_else(tmp_path, caplog):
@@ -139,7 +140,8 @@ def test_a_compile_killed_midway_does_not_break_the_next_run(tiny_bert, tmp_path
     """``training.compile: true`` on the CPU (inductor), in a process of its own: the same losses
     as the eager step at every step, to float rounding (dropout on: its masks are keyed by row and
     position, so padding to multiples of 16 changes none of them, and it is masked), one compiled
-    graph per batch width (no recompile per step: the step's seed is a tensor), and the saved
+    graph per batch width and one for the optimizer's step (no recompile per step: the step's seed
+    and the learning rate are tensors), and the saved
     checkpoint's keys unchanged. (Weights are not compared to 1e-4: Adam turns float noise in
     near-zero gradients into steps of size lr; the losses of steps 2 to 6 already depend on the
     compiled updates.)
@@ -163,7 +165,7 @@ def test_a_compile_killed_midway_does_not_break_the_next_run(tiny_bert, tmp_path
     first, _ = run("first")
     eager, compiled_ = first["eager"], first["compiled"]
     assert len(eager["losses"]) == 6 and compiled_["losses"] == pytest.approx(eager["losses"], abs=1e-4)
-    assert 1 <= first["graphs"] <= 2, first["graphs"]  # widths 16 (and 32)
+    assert 2 <= first["graphs"] <= 3, first["graphs"]  # widths 16 (and 32), and the optimizer's step
     assert compiled_["keys"] == eager["keys"]
     libraries = sorted((tmp_path / "cache").rglob("*.so"))
     assert libraries, "inductor wrote no compiled library"
@@ -191,12 +193,65 @@ def test_training_jobs_share_the_workflows_compile_cache_unless_one_is_named(tmp
     monkeypatch.chdir(tmp_path)
     smk = SimpleNamespace(input=SimpleNamespace(corpus=str(make_corpus(tmp_path / "corpus.txt", 4))), params=
                           SimpleNamespace(artifacts={}), log=[], threads=1)
+    one_process = SimpleNamespace(training=SimpleNamespace(devices=1, nodes=1))
     for named in (None, os.path.abspath(default_cache_dir()), str(tmp_path / "mine")):
         if named is None:
             monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
         else:
             monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", named)
-        train_job._loop(smk, spec=None, ops={}, out_dir=tmp_path / "run", dev_score=None, r=None)
+        train_job._loop(smk, spec=one_process, out_dir=tmp_path / "run", dev_score=None, r=None)
     shared = str(tmp_path / "results" / "cache" / "compile")
     assert seen == [shared, shared, str(tmp_path / "mine")]
     assert compiled.cache_dir() == tmp_path / "mine"
+
+
+class _NoMethods(torch.nn.Module):
+    def param_groups(self, lr):
+        return []
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_compiled_optimizer_step_is_the_eager_one(precision):
+    """``training.compile``: AdamW's step (and, without fp16's scaler, the gradient clipping) through
+    inductor, its learning rates tensors the linear schedule (warm-up, decay) fills in place: 8 steps
+    give the eager step's parameters to fp32 rounding, and the schedule's new rate at every step
+    compiles nothing after the first step (fp16: the scaler's unscale and skip stay eager; its
+    activations in fp16, the later steps' gradients round apart by a thousandth of a step)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from cselab.settings import training_settings
+    from cselab.training.numerics import Precision, linear_schedule, make_optimizer
+
+    t = training_settings({"lr": 1e-2, "weight_decay": 0.01, "max_grad_norm": 0.5, "warmup_steps": 3})
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
+    runs = {}
+    for compiled_step in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+        optimizer = make_optimizer(model, _NoMethods(), t, torch.device("cpu"))
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        scheduler, numerics = linear_schedule(optimizer, 8, 3), Precision(precision, torch.device("cpu"))
+        torch._dynamo.reset()
+        counters.clear()
+        if compiled_step:
+            numerics.compile_update(optimizer, params, t.max_grad_norm)
+        graphs = []
+        for _ in range(8):
+            with numerics.autocast():
+                loss = (model(x).float() ** 2).mean()
+            numerics.backward(loss)
+            numerics.step(optimizer, params, t.max_grad_norm)
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            graphs.append(counters["stats"]["unique_graphs"])
+        runs[compiled_step] = [p.detach().clone() for p in model.parameters()], graphs, scheduler.get_last_lr()
+        # AdamW's step itself traced (not skipped as the schedule's wrapper of it would be): only the
+        # graph breaks torch's optimizer step makes around itself (its grad mode)
+        assert not [k for k in counters["graph_break"] if "graph_break()" not in k], dict(counters["graph_break"])
+    (eager, _, eager_lr), (compiled_, graphs, lr) = runs[False], runs[True]
+    assert graphs[0] >= 1 and set(graphs[1:]) == {graphs[0]}, graphs  # compiled once, at the first step
+    # fp16's activations round the next steps' gradients anew on any difference of the weights: a
+    # thousandth of a step (lr 1e-2) there, fp32 rounding in fp32
+    assert max((a - b).abs().max().item() for a, b in zip(eager, compiled_)) <= (1e-6 if precision == "fp32" else 1e-5)
+    assert [float(r) for r in lr] == pytest.approx(eager_lr)

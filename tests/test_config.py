@@ -101,7 +101,13 @@ def test_seeds_expand_ids(smoke):
     ({"seeds": []}, r"config key 'seeds'"),
     ({"spans": {"batch_size": 0}}, r"config key 'spans\.batch_size': must be an integer >= 1, got 0"),
     ({"spans": {"split_adjuncts": "yes"}}, r"config key 'spans\.split_adjuncts': 'yes' is not of type 'boolean'"),
-    ({"training": {"chunk_size": 0}}, r"config key 'training\.chunk_size': must be an integer >= 1 or null, got 0"),
+    ({"training": {"chunk_size": 0}},
+     r"config key 'training\.chunk_size': must be an integer >= 1 or 'auto' or null, got 0"),
+    ({"training": {"chunk_size": "whole"}},
+     r"config key 'training\.chunk_size': must be an integer >= 1 or 'auto' or null, got 'whole'"),
+    ({"experiments": {"simcse-minilm": {"training": {"chunk_tokens": 16}}}},
+     r"config key 'experiments\.simcse-minilm\.training\.chunk_tokens': 16 tokens is less than the longest sentence "
+     r"\(training\.max_len 32\)"),
     ({"training": {"chunk_size": 64, "keyed_dropout": False}},
      r"config key 'training\.chunk_size': gradient caching replays dropout keyed by row; set "
      r"training\.keyed_dropout: true or chunk_size: null"),
@@ -271,7 +277,7 @@ def test_unpadded_forward_is_part_of_the_experiment(smoke):
 OTHER_VALUE = {"checkpoint_steps": 7, "compile": True, "pad_to_multiple_of": 16, "devices": 4, "nodes": 2,
                "dist_timeout_s": 60, "log_steps": 3, "dev_batch_size": 7, "eval_steps": 11, "eval_at_end": True,
                "temperature": 0.07, "pooler": "avg", "unpadded": False, "batchnorm_stats": "per_process",
-               "chunk_size": 64, "collapse": {"min_effective_rank": 50.0, "max_uniformity": -3.0},
+               "chunk_size": 64, "chunk_tokens": 64, "collapse": {"min_effective_rank": 50.0, "max_uniformity": -3.0},
                "peak_tflops": 100.0, "owner_wait_s": 5}
 
 

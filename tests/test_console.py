@@ -86,16 +86,41 @@ def test_an_unexpected_exception_is_its_last_traceback_line(tmp_path):
 
 
 def test_a_user_error_is_its_message_alone():
-    text = ('UserError in file "/x/rules/common.smk", line 36:\ninvalid configuration: config key \'training.lr\': '
-            'must be a number\n  File "/x/rules/common.smk", line 36, in <module>')
-    c = console.Console()
-    rec = record(LogEvent.ERROR, level=logging.ERROR, exception=console.USER_ERROR, msg=text)
-    assert c.line(rec) == "invalid configuration: config key 'training.lr': must be a number"
+    """Recognised by its class: the message it was raised with, whatever Snakemake's frame around it."""
     from cselab.pipeline.invocation import UserError
     from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
+    message = "invalid configuration: config key 'training.lr': must be a number"
+    UserError(message)
+    text = f'UserError in file "/x/rules/common.smk", line 36:\n{message}\n  File "/x/rules/common.smk", line 36, in <module>'
+    c = console.Console()
+    rec = record(LogEvent.ERROR, level=logging.ERROR, exception=console.USER_ERROR, msg=text)
+    assert c.line(rec) == message
+    # raised in a rule's input function: Snakemake wraps it; the message names the job
+    UserError("experiment 'u' is untrained\nits evaluations read its PLM")
+    text = ('InputFunctionException in rule export_onnx in file "/x/rules/export.smk", line 9:\nError:\n  UserError:\n'
+            "    experiment 'u' is untrained\n    its evaluations read its PLM\nWildcards:\n  exp=u\nTraceback:\n"
+            '  File "/x/rules/export.smk", line 12, in <lambda>')
+    rec = record(LogEvent.ERROR, level=logging.ERROR, exception=console.INPUT_FUNCTION_ERROR, msg=text)
+    assert console.is_user_error(rec)
+    assert c.line(rec) == "experiment 'u' is untrained its evaluations read its PLM (job export_onnx exp=u)"
+    other = record(LogEvent.ERROR, level=logging.ERROR, exception=console.INPUT_FUNCTION_ERROR,
+                   msg="InputFunctionException in rule x in file y, line 1:\nError:\n  KeyError: 'exp'\n")
+    assert not console.is_user_error(other)  # a bug in an input function is no user error: shown whole
+    assert c.line(other) is None and "KeyError: 'exp'" in c.flush()
     assert UserError.__name__ == console.USER_ERROR
     assert (console.COMMAND_ENV, console.INVOCATION_ENV) == (COMMAND_ENV, INVOCATION_ENV)  # its own copies
+
+
+def test_an_exception_no_job_error_follows_is_shown_whole():
+    """Snakemake reports a failed job's exception just before the job's error, which says it; an
+    exception that no job error follows is shown, before the next line or at the end."""
+    c = console.Console()
+    assert c.line(record(LogEvent.ERROR, level=logging.ERROR, exception="MissingInputException",
+                         msg="MissingInputException in rule x:\nMissing input files")) is None
+    shown = c.line(record(msg="a warning", level=logging.WARNING))
+    assert shown == "MissingInputException in rule x:\nMissing input files\na warning"
+    assert c.flush() is None
 
 
 def test_a_jobs_stderr_shows_its_progress_and_warnings_named_by_the_job(capsys):

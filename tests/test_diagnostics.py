@@ -103,6 +103,20 @@ def test_collapse_alarm_warns_records_and_goes_on(tiny_bert, tmp_path, caplog):
     assert sum("collapse alarm at step" in m for m in caplog.messages) == 2
 
 
+def test_a_training_job_alarms_on_its_operational_thresholds(tiny_bert, tmp_path):
+    """A job's spec holds no operational setting (experiments.experiment_spec leaves them out): the
+    thresholds come with the job's operational settings, and alarm as set there."""
+    corpus = make_corpus(tmp_path / "corpus.txt", 60)
+    spec = spec_for(tiny_bert)
+    del spec["training"]["collapse"]  # as the workflow's spec of the experiment
+    res = train(spec, corpus, dev_with(effective_rank=1.1), tmp_path / "out",
+                operational={"collapse": {"min_effective_rank": 2.0, "max_uniformity": None}})
+    assert [a["step"] for a in res.alarms] == [3, 6]
+    off = train(spec, corpus, dev_with(effective_rank=1.1), tmp_path / "off",
+                operational={"collapse": {"min_effective_rank": None, "max_uniformity": None}})
+    assert off.alarms == []
+
+
 def test_diagnostics_change_no_number(tiny_bert, tmp_path):
     """The thresholds and the diagnostics are operational: the losses do not move."""
     corpus = make_corpus(tmp_path / "corpus.txt", 40)

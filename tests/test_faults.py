@@ -23,8 +23,7 @@ import pytest
 import yaml
 
 from tests.built import PREPARED_DATA, built_once, copy_built, prepared_project
-from tests.helpers import clean_console, make_workflow_data, read_yaml
-from tests import smk_forks
+from tests.helpers import capped, clean_console, make_workflow_data, read_yaml, run_snakemake
 from tests.test_workflow import ROOT
 
 EXP = "simcse-tiny-s42"
@@ -80,14 +79,14 @@ def smk_env(uri: str | None = None, extra: dict | None = None) -> dict:
 
 
 def run_smk(root: Path, *args: str, uri: str | None = None, extra: dict | None = None) -> subprocess.CompletedProcess:
-    return smk_forks.run(smk_cmd(root, *args), smk_env(uri, extra), timeout=900)
+    return run_snakemake(smk_cmd(root, *args), smk_env(uri, extra), timeout=900)
 
 
 def start_smk(root: Path, *args: str, uri: str | None = None, extra: dict | None = None) -> subprocess.Popen:
     """``snakemake`` in the background; its output goes to ``proc.log_path``."""
     path = root.parent / f"smk-{time.monotonic_ns()}.log"
     with open(path, "w") as log:
-        proc = subprocess.Popen(smk_forks.capped(smk_cmd(root, *args)), stdout=log, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(capped(smk_cmd(root, *args)), stdout=log, stderr=subprocess.STDOUT, text=True,
                                 env=smk_env(uri, extra), start_new_session=True)
     proc.log_path = path
     return proc
@@ -287,14 +286,10 @@ def token_cache_healed(root: Path, entry: Path, how: str) -> None:
 
 # -- an invocation killed outright ---------------------------------------------------------------------
 
-#: jobs as plain processes that Snakemake starts (no warm job host): what a kill -9 leaves running
-PLAIN_JOBS = {"CSELAB_JOB_HOST": "0"}
-
-
 def kill_invocation(root: Path, target: str, step: int) -> tuple[int, subprocess.Popen]:
     """``snakemake <target>`` killed with SIGKILL once training is at ``step``: its training job goes
     on as an orphan. Returns the orphan's pid and the dead invocation."""
-    first = start_smk(root, target, extra=PLAIN_JOBS)
+    first = start_smk(root, target)
     wait_for_step(root, step, first)
     orphan = trainer_pid(root)
     os.kill(first.pid, signal.SIGKILL)
@@ -327,7 +322,7 @@ def test_a_killed_invocations_finished_training_is_kept(reference, project):
     trained = job_log(project).stat().st_mtime_ns
     model = project / "results" / "experiments" / EXP / "model" / "model.safetensors"
     orphans = (model.read_bytes(), model.stat().st_mtime_ns)
-    proc = run_smk(project, "results/table1.csv", extra=PLAIN_JOBS)
+    proc = run_smk(project, "results/table1.csv")
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     died = next(x for x in text.splitlines() if "died without ending" in x)
@@ -354,7 +349,7 @@ def test_a_killed_invocations_orphan_training_is_stopped_and_resumed(reference, 
     is trained twice, results equal an uninterrupted run."""
     orphan, dead = kill_invocation(project, SUMMARY, 2 * EVAL_EVERY)
     entry = damage_token_cache(project, "empty")
-    proc = run_smk(project, SUMMARY, extra=PLAIN_JOBS)
+    proc = run_smk(project, SUMMARY)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     died = next(x for x in text.splitlines() if "died without ending" in x)

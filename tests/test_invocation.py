@@ -71,3 +71,30 @@ def test_progress_lines_say_where_a_loop_stands(caplog, monkeypatch):
     assert lines[1] == "training x: 40 of 100 steps (40%), 1.0 steps/s, 0:40 elapsed, ETA 1:00"
     assert lines[2] == "training x: 45 of 100 steps (45%), 0.5 steps/s, 1:40 elapsed, done"
     assert len(lines) == 3
+
+
+def test_a_job_reads_its_operational_settings_from_the_config_its_plan_was_made_of(smoke):
+    """Snakemake's config, as a job receives it, is the validated config (a sweep's points and a
+    methods table's experiments included) beside the config as given (the cost plan's): a job's
+    operational settings come from the one merge its spec was made with."""
+    from types import SimpleNamespace
+
+    from cselab.pipeline import experiments as E
+    from cselab.pipeline.config import validate
+    from cselab.pipeline.operations import GIVEN, operations
+
+    smoke["training"]["checkpoint_steps"] = 7
+    smoke["methods"]["simcse"]["training"] = {"log_steps": 3}
+    config = dict(smoke)
+    cfg = validate(config)
+    inv.hand_to_jobs(config, cfg)
+    assert config[GIVEN] == smoke and {k: v for k, v in config.items() if k != GIVEN} == cfg
+    point = next(e for e in cfg["experiments"] if "@" in e and cfg["experiments"][e]["method"] == "simcse")
+    assert point not in smoke["experiments"]  # a sweep's point: only the validated config has it
+    smk = SimpleNamespace(config=config)
+    for exp in (f"{point}-s42", "simcse-minilm-s42"):
+        ops = operations(smk, exp_id=exp).training
+        assert ops == E.operational_settings(cfg, exp) and ops["checkpoint_steps"] == 7 and ops["log_steps"] == 3
+    stage = next(iter(cfg["pretraining"]))
+    assert operations(smk, stage=stage).training == E.operational_settings(cfg, stage=stage)
+    assert operations(smk).config == smoke  # what the cost plan's dry run plans: the config as given

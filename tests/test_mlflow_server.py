@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import smk_forks
-from tests.helpers import make_workflow_data
+from tests.helpers import make_workflow_data, run_snakemake
 from tests.test_workflow import ROOT, write_config
 
 pytest.importorskip("uvicorn", reason="mlflow server needs uvicorn (mlflow[server] / full mlflow)")
@@ -125,7 +124,7 @@ def snakemake(workdir: Path, uri: str, *targets: str) -> tuple[subprocess.Comple
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), "--cores", "2", "--", *targets]
     tic = time.monotonic()
-    proc = smk_forks.run(cmd, env, timeout=600)
+    proc = run_snakemake(cmd, env, timeout=600)
     return proc, time.monotonic() - tic
 
 

@@ -27,9 +27,49 @@ ROOT = Path(__file__).resolve().parents[1]
 def walkthrough_module() -> str:
     """The method module of CONTRIBUTING.md's walkthrough."""
     text = (ROOT / "CONTRIBUTING.md").read_text()
-    found = re.search(r"```python\n(.*?name = \"simcse_repeat\".*?)```", text, re.S)
+    found = re.search(r"```python\n((?:(?!```).)*name = \"simcse_repeat\"(?:(?!```).)*)```", text, re.S)
     assert found, "CONTRIBUTING.md lost its walkthrough's module (name = \"simcse_repeat\")"
     return found[1]
+
+
+def scratch_module() -> str:
+    """The method module of CONTRIBUTING.md's walkthrough from scratch (DCL)."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    found = re.search(r"```python\n((?:(?!```).)*name = \"dcl\"(?:(?!```).)*)```", text, re.S)
+    assert found, "CONTRIBUTING.md lost its walkthrough from scratch (name = \"dcl\")"
+    return found[1]
+
+
+def test_the_method_written_from_scratch_plans_and_trains(tiny_bert, tmp_path):
+    """CONTRIBUTING.md's method from scratch: its loss is the formula it cites, its config is read
+    (declared settings, no undeclared read), its spec holds what it declared, and it trains."""
+    import math
+
+    import torch
+
+    from cselab.training.loop import train
+    from tests.helpers import make_corpus
+    from tests.test_train import spec_for
+
+    path = tmp_path / "dcl.py"
+    path.write_text(scratch_module())
+    try:
+        cc.load_plugins([str(path)])
+        module = sys.modules[f"cselab_plugin_{path.stem}"]
+        u, v = torch.randn(5, 8), torch.randn(5, 8)
+        s = torch.nn.functional.normalize(u, dim=-1) @ torch.nn.functional.normalize(v, dim=-1).T / 0.05
+        by_hand = sum(-s[i, i] + torch.log(sum(torch.exp(s[i, j]) for j in range(5) if j != i)) for i in range(5)) / 5
+        assert torch.allclose(module.decoupled_nce(u, v, 0.05), by_hand, atol=1e-5)
+        cfg = validated(smoke_config(plugins=[str(path)], methods={"dcl": {}},
+                                     experiments={"dcl-minilm": {"plm": "minilm", "method": "dcl"}}))
+        spec = cc.experiment_spec(cfg, "dcl-minilm-s42")
+        assert {"temperature", "pooler", "unpadded"} <= set(spec["training"]) and "batchnorm_stats" not in spec["training"]
+        result = train(spec_for(tiny_bert, "dcl", max_steps=2, eval_steps=2, log_steps=1),
+                       make_corpus(tmp_path / "corpus.txt", 40), lambda encoder: 1.0, tmp_path / "out")
+        assert result.steps == 2 and all(math.isfinite(r["loss"]) for r in result.curve if "loss" in r)
+    finally:
+        mc._CONFIGS.pop("dcl", None)
+        sys.modules.pop(f"cselab_plugin_{path.stem}", None)
 
 
 @pytest.fixture
@@ -176,6 +216,7 @@ def test_a_method_reading_a_setting_it_does_not_declare_is_refused_when_the_conf
     msg = str(err.value)
     assert "methods.silent_temperature" in msg and "method 'silent_temperature'" in msg, msg
     assert "reads the training setting 'temperature'" in msg and "training_keys" in msg, msg
+    assert f"({path}, line 13)" in msg, msg  # where the method reads it, not a generated module name
 
 
 def test_the_built_in_methods_declare_every_setting_their_code_reads():
@@ -185,9 +226,10 @@ def test_the_built_in_methods_declare_every_setting_their_code_reads():
     built_in = {name: cls for name, cls in registry().items() if cls.__module__.startswith("cselab.training.methods")}
     assert len(built_in) >= 9
     for name, cls in built_in.items():
-        assert cls.training_reads() <= set(cls.training_keys) | set(OPERATIONAL), name
+        assert cls.training_reads() <= set(cls.used_training_keys(cls.Options())), name
     assert "temperature" in built_in["simcse"].training_reads()  # the scan sees the reads it checks
-    assert "pad_to_multiple_of" in built_in["compcse"].training_reads()  # operational: read undeclared
+    assert "pad_to_multiple_of" in built_in["compcse"].training_keys  # operational, declared: read, never in a spec
+    assert set(OPERATIONAL) & set(cc.experiment_spec(validated(smoke_config()), "compcse-minilm-s42")["training"]) == set()
 
 
 def _reads_dropout(ctx):
@@ -223,16 +265,39 @@ def test_one_spelling_per_method():
 
 
 def test_a_method_reading_a_setting_it_did_not_declare_is_one_message(tiny_bert):
-    """What the config check cannot see (a method reading more than its ``training_keys``) is one
-    message naming the method and the setting when the job builds it, not a raw KeyError."""
+    """What the config check cannot see (a read by a computed name) is one message naming the
+    method and the setting when the job builds it: the method holds exactly what it declared, so
+    the read never sees a default. A spec that does not state a setting its method declares is
+    refused too."""
     from cselab.models.encoder import load_encoder
     from cselab.training.objective import build_objective
     from tests.test_train import spec_for
 
+    class ComputedRead(mc.MethodConfig):
+        """Reads the temperature by a name the config check cannot see."""
+
+        name = "computed_read"
+
+        def __init__(self, ctx):
+            super().__init__(ctx)
+            self.temperature = getattr(ctx.training, "temper" + "ature")
+
+        def forward(self, batch, shared):
+            raise AssertionError("never reached: building the method fails")
+
+    assert "temperature" not in ComputedRead.training_reads()  # passes planning
+    encoder = load_encoder(tiny_bert)
+    try:
+        with pytest.raises(ConfigError, match=r"method 'computed_read' reads the training setting 'temperature', "
+                                              r"which it does not declare.*training_keys.*: pooler, unpadded"):
+            build_objective(spec_for(tiny_bert, "computed_read"), encoder)
+    finally:
+        mc._CONFIGS.pop("computed_read", None)
     spec = spec_for(tiny_bert)
     del spec["training"]["temperature"]  # as a spec built from a declaration without it
-    with pytest.raises(ConfigError, match=r"method 'simcse' reads the training setting 'temperature'.*training_keys"):
-        build_objective(spec, load_encoder(tiny_bert))
+    with pytest.raises(ConfigError, match=r"method 'simcse' reads the training setting 'temperature', which the "
+                                          r"spec of 'simcse-tiny-s7' does not state"):
+        build_objective(spec, encoder)
 
 
 def test_a_plugin_method_trains_in_its_snakemake_job(plugin, tmp_path_factory, tmp_path):

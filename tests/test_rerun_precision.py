@@ -123,7 +123,6 @@ REFERS = {"table": "tables", "baseline": "experiments", "base": "experiments", "
 UNMUTABLE = {
     "data.corpus.sha256",  # must be the corpus's
     "training.holdout", "training.subsampling",  # a held-out split and subsampling cannot be combined (paper runs)
-    "training.keyed_dropout",  # gradient caching (paper runs) replays keyed dropout
     "experiments.gp-heldout-nogd-minilm.training.holdout",  # the held-out figure reads its runs at one fraction
     "figures.paradigm_figure5_7.holdout",  # ... and its runs' fraction
     "figures.paradigm_figure5_7.kind",  # another kind takes other options

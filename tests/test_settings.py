@@ -120,7 +120,7 @@ def test_typed_training_settings(paper):
     assert "pooler" not in spec["training"] and "log_steps" not in spec["training"]  # a job's spec: a subset
     t = training_settings(spec["training"])
     assert (t.lr, t.batch_size, t.warmup_ratio, t.weight_decay) == (1e-4, 1024, 0.1, 0.01)
-    assert (t.pooler, t.log_steps, t.chunk_size) == ("cls", 10, None)  # left out of the spec: the defaults
+    assert (t.pooler, t.log_steps, t.chunk_size) == ("cls", 10, "auto")  # left out of the spec: the defaults
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.lr = 1.0
     with pytest.raises(ConfigError, match=r"unknown config key 'training\.learnig_rate'"):

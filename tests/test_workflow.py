@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests import smk_forks
-from tests.helpers import clean_console, make_beir, read_yaml
+from tests.helpers import clean_console, make_beir, read_yaml, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R"]
@@ -33,7 +32,7 @@ def snakemake(workdir: Path, *args: str, check: bool = True, env: dict | None = 
     env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, **(env or {})}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(workdir / "test.yaml"), *args]
-    proc = smk_forks.run(cmd, env, timeout=900)
+    proc = run_snakemake(cmd, env, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -368,10 +367,10 @@ def test_lint_is_clean():
     assert proc.returncode == 0 and "good condition" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
-def test_the_readmes_commands_keep_evaluations_built_with_older_params(workflow_run):
+def test_the_changelogs_commands_keep_evaluations_built_with_older_params(workflow_run):
     """An evaluation built before its params took their present form (here: the metadata of
     one STS result rewritten to an older form, the evaluation batch size and cache in its encoder
-    settings) plans a rerun; the README's two commands show that nothing else is out of date,
+    settings) plans a rerun; the two commands of CHANGELOG.md show that nothing else is out of date,
     then mark exactly that job and the tables after it current, changing no result's content."""
     import base64
     import json

@@ -12,7 +12,6 @@ the optimizer not its parameters), and a rerun resumes and finishes the table.
 """
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,6 @@ import pytest
 import torch
 import yaml
 
-from cselab.pipeline import jobhost
 from tests.built import PREPARED_DATA, prepared_project
 from tests.helpers import private_checkout, read_yaml
 from tests.test_workflow import ROOT
@@ -138,17 +136,11 @@ class Toy(MethodConfig):
 
 @pytest.fixture
 def checkout(tmp_path_factory):
-    """A private copy of the checkout with the toy method and the toy figure kind dropped in, and a
-    job host template of its code under this worker's template name (a template serves only the
-    invocations of the checkout it imported: the worker's, the repository's): the test's three
-    invocations that run jobs fork their hosts from it instead of each importing torch and MLflow."""
+    """A private copy of the checkout with the toy method and the toy figure kind dropped in."""
     root = private_checkout(tmp_path_factory.mktemp("checkout"))
     (root / METHODS_DIR / MODULE).write_text(TOY)
     (root / FIGURES_DIR / FIGURE_MODULE).write_text(TOY_FIGURE)
-    template = jobhost.start_template(os.environ[jobhost.TEMPLATE_ENV], root)
-    yield root
-    template.terminate()
-    template.wait(timeout=30)
+    return root
 
 
 def train_runs(workdir: Path) -> list:

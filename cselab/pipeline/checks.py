@@ -78,9 +78,17 @@ def check_training(training: dict, where: str, trains: bool = True) -> None:
     if training["holdout"] and training["subsampling"] != "none":
         raise ConfigError(f"config key '{where}.holdout': a held-out split and subsampling "
                           f"({training['subsampling']}) cannot be combined")
-    if training["chunk_size"] and not training["keyed_dropout"]:
+    if isinstance(training["chunk_size"], int) and not training["keyed_dropout"]:  # auto: never chunks then
         raise ConfigError(f"config key '{where}.chunk_size': gradient caching replays dropout keyed by row; "
                           f"set training.keyed_dropout: true or chunk_size: null")
+    tokens = training.get("chunk_tokens")
+    if tokens and tokens < training["max_len"]:
+        raise ConfigError(f"config key '{where}.chunk_tokens': {tokens} tokens is less than the longest sentence "
+                          f"(training.max_len {training['max_len']}): a chunk holds at least one; raise it or set "
+                          "chunk_tokens: null")
+    if tokens and not training["keyed_dropout"]:
+        raise ConfigError(f"config key '{where}.chunk_tokens': gradient caching replays dropout keyed by row; "
+                          f"set training.keyed_dropout: true or chunk_tokens: null")
     if not trains:
         return
     processes = training["devices"] * training["nodes"]
@@ -150,6 +158,7 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
     options = primary.check_options(spec["options"], where=f"{where}.options")
     check_training_keys(cfg, primary, options, key)
     required = dict(primary.requires(options))
+    methods = [(primary, options)]
     for name, aux in spec.get("auxiliaries", {}).items():
         if aux is None:
             continue
@@ -160,6 +169,8 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
         aux_options = cls.check_options(aux.get("options", {}), where=f"{where}.auxiliaries.{name}.options")
         check_training_keys(cfg, cls, aux_options, f"{where}.auxiliaries.{name}")
         required.update(cls.requires(aux_options))
+        methods.append((cls, aux_options))
+    check_per_sentence(methods, where)
     for role, stage_name in required.items():
         if stage_name not in cfg.get("pretraining", {}):
             defined = ", ".join(sorted(cfg.get("pretraining", {}))) or "none"
@@ -167,25 +178,39 @@ def check_components(cfg: dict, spec: dict, where: str, primary_key: str | None 
                               f"(for {role}), which is not defined under 'pretraining' (defined: {defined})")
 
 
-def check_training_keys(cfg: dict, cls, options, where: str) -> None:
-    """The training settings a method declares it reads (``training_keys``, and
-    ``used_training_keys`` for these options) are training settings, and its code reads no other
-    (``MethodConfig.training_reads``: what it reads of ``ctx.training``, found in its source; an
-    operational setting may be read undeclared): checked when the config is read, not found
-    missing by the job."""
-    from cselab.settings.training import OPERATIONAL
+def check_per_sentence(methods: list, where: str) -> None:
+    """A method that declares its loss per sentence (``per_sentence``: its batches may run as
+    accumulated micro-batches) is refused in a composition that is not: another method's in-batch
+    terms, a BatchNorm head (``MethodConfig.per_sentence_problem``)."""
+    declaring = [cls for cls, _ in methods if cls.per_sentence]
+    if not declaring:
+        return
+    for cls, options in methods:
+        problem = cls.per_sentence_problem(options)
+        if problem:
+            but = problem if cls is declaring[0] else f"{cls.name!r} beside it is not per sentence: {problem}"
+            raise ConfigError(f"config key '{where}': method {declaring[0].name!r} declares its loss per sentence "
+                              f"(its large batches run as accumulated micro-batches), but {but}; drop the "
+                              "declaration or train it in a composition whose every method is per sentence")
 
+
+def check_training_keys(cfg: dict, cls, options, where: str) -> None:
+    """The training settings a method declares (``used_training_keys`` for these options) are
+    training settings, and its code reads no other (``MethodConfig.training_read_sites``: what it
+    reads of ``ctx.training``, found in its source, named by file and line): checked when the config
+    is read, not found missing by the job."""
     valid = cfg["training"]
     declared = cls.used_training_keys(options)
     for key in declared:
         if key not in valid:
             raise ConfigError(f"config key '{where}': method {cls.name!r} declares the training setting {key!r} "
                               f"(training_keys), which is none; valid: {', '.join(sorted(valid))}")
-    undeclared = sorted(cls.training_reads() - set(declared) - set(OPERATIONAL))
+    undeclared = {k: site for k, site in cls.training_read_sites().items() if k not in declared}
     if undeclared:
-        raise ConfigError(f"config key '{where}': method {cls.name!r} ({cls.__module__}) reads the training "
-                          f"setting {', '.join(map(repr, undeclared))}, which it does not declare: add it to its "
-                          "training_keys (a job's spec holds only the settings its methods declare)")
+        key, site = next(iter(sorted(undeclared.items())))
+        raise ConfigError(f"config key '{where}': method {cls.name!r} reads the training setting {key!r} ({site}), "
+                          "which it does not declare: add it to its training_keys (a method receives exactly the "
+                          "settings it declares)")
 
 
 def resolve_objectives(cfg: dict) -> None:

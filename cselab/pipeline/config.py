@@ -28,7 +28,7 @@ from cselab.pipeline import checks, sweeps
 from cselab.pipeline.experiments import (OPERATIONAL, RENAMED_METHODS, SCORING, UNTRAINED,  # noqa: F401 (re-exported)
                                          USED_BY_METHODS,
                                          artifacts, corpus_file, experiment_ids, experiment_spec,
-                                         expand_methods_table, full_options, is_trained, merge_experiment,
+                                         expand_methods_table, full_options, is_trained, merge_experiment, merged_training,
                                          operational_settings, parse_id, pretraining_spec, seeds_of)
 from cselab.reporting.tables import TABLE_KINDS
 from cselab.settings import fill_config_defaults
@@ -128,10 +128,10 @@ def validate(config: dict) -> dict:
     # the shared settings first: their problems named where they are written
     checks.check_training(cfg["training"], "training", trains=False)
     for name, exp in cfg["experiments"].items():
-        checks.check_training(merge_experiment(cfg, name)["training"], f"experiments.{name}.training",
+        checks.check_training(merged_training(cfg, name), f"experiments.{name}.training",
                               trains=exp["method"] != UNTRAINED)
-    for name, stage in cfg.get("pretraining", {}).items():
-        checks.check_training({**cfg["training"], **stage.get("training", {})}, f"pretraining.{name}.training")
+    for name in cfg.get("pretraining", {}):
+        checks.check_training(merged_training(cfg, stage=name), f"pretraining.{name}.training")
     sweeps.expand_sweeps(cfg)  # each grid point an experiment, after the experiments it changes are checked
     _resolve_data_dir(cfg)
     return cfg

@@ -57,12 +57,14 @@ NO_JOB_FLAGS = ("--unlock", "--lint", "--list", "-l", "--list-target-rules", "--
 ERASE_LINE = "\r\x1b[K"
 #: the class of the errors the workflow raises for a user's mistake (a config value, a missing file)
 USER_ERROR = "UserError"
-#: Snakemake's frames around a failed job (its command's exit status; "at least one job did not complete")
-_JOB_FAILED = re.compile(r"^RuleException:\nCalledProcessError in file|^WorkflowError:\nAt least one job did not complete")
-_FRAME = re.compile(r'^\w+(?: in rule \S+)? in file "[^"]+", line \d+:\n')
-#: a user error raised by a rule's input function (an experiment asked for that cannot have the file)
-_INPUT_FUNCTION = re.compile(r'^InputFunctionException in rule (?P<rule>\S+) in file "[^"]+", line \d+:\n'
-                             r'Error:\n  UserError:\n(?P<message>(?:    .*\n?)+)(?:Wildcards:\n(?P<wildcards>(?:  .*\n?)*))?')
+#: Snakemake's class for what a rule's input function raised (a user error there names its job)
+INPUT_FUNCTION_ERROR = "InputFunctionException"
+#: Snakemake's class for its closing "at least one job did not complete", after a failed job's own line
+WORKFLOW_ERROR = "WorkflowError"
+#: Snakemake 9.27 gives its logger an exception's class name and its formatted text, not the
+#: exception: the rule and wildcards of a failed input function are read from that text
+_INPUT_FUNCTION_JOB = re.compile(r"^\S+ in rule (?P<rule>\S+) in file .*?(?:\nWildcards:\n(?P<wildcards>(?:  .*\n?)*))?"
+                                 r"(?:Traceback:|$)", re.S)
 
 
 def job_label(rule: str, wildcards: dict | None) -> str:
@@ -97,20 +99,32 @@ def failure_message(logs: list[str]) -> str:
     return "it ended without a message (see its log)"
 
 
+def raised_user_error() -> str | None:
+    """The message of the user error the workflow raised (:class:`cselab.pipeline.invocation.UserError`
+    keeps it: the record holds only its class's name and Snakemake's formatted text), or None."""
+    invocation = sys.modules.get("cselab.pipeline.invocation")
+    return getattr(getattr(invocation, "UserError", None), "last", None)
+
+
 def is_user_error(record) -> bool:
-    """A user's mistake, raised by the workflow as :data:`USER_ERROR`, at planning or by an input function."""
-    return getattr(record, "exception", "") == USER_ERROR or bool(_INPUT_FUNCTION.match(record.getMessage()))
+    """A user's mistake: a :data:`USER_ERROR` the workflow raised while planning, or one a rule's
+    input function raised (Snakemake wraps it in :data:`INPUT_FUNCTION_ERROR`)."""
+    kind = getattr(record, "exception", "")
+    message = raised_user_error()
+    return kind == USER_ERROR or (kind == INPUT_FUNCTION_ERROR and message is not None
+                                  and message.splitlines()[0] in record.getMessage())
 
 
-def user_error_text(text: str) -> str:
-    """A user error's message without Snakemake's ``<Error> in file ..., line N:`` header and the
-    traceback of the workflow's own lines; one raised by an input function names its job."""
-    found = _INPUT_FUNCTION.match(text)
-    if found:
-        message = " ".join(line.strip() for line in found["message"].splitlines())
-        return f"{message} (job {job_label(found['rule'], _wildcards(found['wildcards'] or ''))})"
-    body = _FRAME.sub("", text, count=1)
-    return "\n".join(line for line in body.splitlines() if not line.startswith("  File "))
+def user_error_text(record) -> str:
+    """A user error's message alone (the one it was raised with), without Snakemake's frame and
+    the traceback of the workflow's own lines; one raised by an input function names its job."""
+    message = raised_user_error() or record.getMessage()
+    if getattr(record, "exception", "") != INPUT_FUNCTION_ERROR:
+        return message
+    found = _INPUT_FUNCTION_JOB.match(record.getMessage())
+    if not found:
+        return message
+    return f"{' '.join(message.split())} (job {job_label(found['rule'], _wildcards(found['wildcards'] or ''))})"
 
 
 def _wildcards(block: str) -> dict:
@@ -156,19 +170,6 @@ def benchmark_seconds(path: str | None) -> tuple[float, float] | None:
         return None
 
 
-_HOSTED_CPU = re.compile(r"a fork of the warm job host; cpu ([0-9.]+) s")
-
-
-def hosted_job_cpu_seconds(logs: list[str]) -> float:
-    """The CPU seconds of a job the warm job host ran (:mod:`cselab.pipeline.jobhost`), from its
-    log's last line: its benchmark file counts only the process that waited for it."""
-    for line in reversed(log_tail(logs, 3)):
-        found = _HOSTED_CPU.search(line)
-        if found:
-            return float(found[1])
-    return 0.0
-
-
 def log_tail(logs: list[str], n: int = 8) -> list[str]:
     """The last ``n`` lines of a job's log."""
     for path in logs:
@@ -192,12 +193,22 @@ class Console:
     failures: list[tuple[str, str, list[str], list[str]]] = field(default_factory=list)
     started: float | None = None
     most_running: int = 1
+    pending: str | None = None  # an exception's frame, until the next record says whose it is
 
     def line(self, record: logging.LogRecord) -> str | None:
         """The console's text for one of Snakemake's records, or None to leave it to the log."""
         event = getattr(record, "event", None)
+        pending, self.pending = self.pending, None  # an exception's frame that no job error followed: shown
+        if pending is not None and event is not None and event.value == "job_error":
+            pending = None
         handler = getattr(self, f"_on_{event.value if event else 'plain'}", None)
-        return handler(record) if handler else None
+        text = handler(record) if handler else None
+        return "\n".join(t for t in (pending, text) if t) or None
+
+    def flush(self) -> str | None:
+        """What is left to show at the end (an exception's frame no job error followed)."""
+        pending, self.pending = self.pending, None
+        return pending
 
     def _on_plain(self, record) -> str | None:
         text = record.getMessage() if record.msg is not None else ""
@@ -257,18 +268,23 @@ class Console:
         return f"{_now()} cselab error in rule {record.rule_name}: {failure_message(logs)}{where}"
 
     def _on_error(self, record) -> str | None:
-        text = record.getMessage()
+        """An exception Snakemake reports: a user error's message alone; a failed job's frame (Snakemake
+        reports the job's exception just before the job's error) waits for that error, which says it
+        (:meth:`_on_job_error`); Snakemake's closing error after a failed job repeats it."""
         if is_user_error(record):
-            return user_error_text(text)
-        if _JOB_FAILED.search(text):
-            return None  # the failed job's own line says it, and "Exiting because a job execution failed"
-        return text
+            return user_error_text(record)
+        kind = getattr(record, "exception", None)
+        if kind == WORKFLOW_ERROR and self.failed:
+            return None
+        if kind:
+            self.pending = record.getMessage()
+            return None
+        return record.getMessage()
 
     def _count_done(self, job: _Job) -> None:
         tally = self.rules.setdefault(job.rule, RuleTally())
         tally.running, tally.done = max(0, tally.running - 1), tally.done + 1
         wall, cpu = benchmark_seconds(job.benchmark) or (time.monotonic() - job.started, 0.0)
-        cpu += hosted_job_cpu_seconds(job.logs)
         tally.seconds.append(wall)
         tally.gpu_s += wall * job.gpus
         tally.cpu_s += cpu
@@ -417,7 +433,7 @@ class LogHandler(LogHandlerBase):
         try:
             text = self.console.line(record)  # the state, whatever is shown
             if is_user_error(record):
-                text = user_error_text(record.getMessage())  # in a dry run too
+                text = user_error_text(record)  # in a dry run too
             elif self.plain:
                 text = self.format(record)
             elif self.silent and record.levelno < logging.ERROR:
@@ -444,6 +460,9 @@ class LogHandler(LogHandlerBase):
 
     def close(self) -> None:
         """The invocation's end: the final report and its MLflow run (rule ``invocation``)."""
+        left = self.console.flush()
+        if left and not self.plain:
+            self.stream.write(self.erase + left + "\n")
         if not self.closed and self.tracks and self.console.jobs:
             self.closed = True
             failed = sum(t.failed for t in self.console.rules.values())

@@ -28,10 +28,12 @@ from cselab.errors import ConfigError, CselabError
 from cselab.evaluation.kinds import EvaluationKind, kind_of_rule
 from cselab.pipeline import outputs
 from cselab.pipeline.config import UNTRAINED, parse_id
-from cselab.pipeline.experiments import training_file
+from cselab.pipeline.experiments import experiment_spec, pretraining_spec, training_file
 from cselab.reporting import cost as rc
 from cselab.settings import Config, Training, to_plain, training_settings, typed_config
 from cselab.settings.sections import CostPlan
+from cselab.settings.spec import ExperimentSpec
+from cselab.training import memory
 
 #: rules whose jobs run the encoder, so hold a GPU on a GPU node (train and pretrain ask for theirs)
 ENCODING_RULES = ("protocol_table", "mteb_check", "export_onnx")
@@ -155,6 +157,7 @@ class Run:
     components: list[str]
     auxiliaries: list[str]
     corpus: str
+    methods: tuple = ()  # (declaration, checked options) of each method: how the job holds its batch
 
 
 def merged_training(base: Training, *overrides: dict) -> Training:
@@ -165,9 +168,21 @@ def merged_training(base: Training, *overrides: dict) -> Training:
     return training_settings(merged)
 
 
-def run_of(plm: str, shape: rc.ModelShape, training: Training, components: list[str], auxiliaries: list[str]) -> Run:
-    """A :class:`Run`, its training file from its settings (:func:`cselab.pipeline.experiments.training_file`)."""
-    return Run(plm, shape, training, components, auxiliaries, training_file(training))
+def run_of(plm: str, shape: rc.ModelShape, training: Training, components: list[str], auxiliaries: list[str],
+           spec: dict | None = None) -> Run:
+    """A :class:`Run`, its training file from its settings (:func:`cselab.pipeline.experiments.training_file`),
+    its methods from its job's ``spec``."""
+    return Run(plm, shape, training, components, auxiliaries, training_file(training), methods_of(spec))
+
+
+def methods_of(spec: dict | None) -> tuple:
+    """(declaration, checked options) of each method of a job's spec (none: no spec)."""
+    from cselab.training.methods import method_config
+
+    if spec is None:
+        return ()
+    return tuple((cls, cls.check_options(c.options)) for c in ExperimentSpec.of(spec).components()
+                 for cls in [method_config(c.method)])
 
 
 @dataclass
@@ -224,14 +239,14 @@ class Sizes:
                 auxiliaries.discard(aux)
             else:
                 auxiliaries.add(aux)
-        return run_of(exp.plm, self.shape(exp.plm), training,
-                      [method.objective if method else UNTRAINED], sorted(auxiliaries))
+        return run_of(exp.plm, self.shape(exp.plm), training, [method.objective if method else UNTRAINED],
+                      sorted(auxiliaries), experiment_spec(self.cfg, exp_id) if method else None)
 
     def stage(self, stage: str, plm: str) -> Run:
         """A pretraining stage on one PLM, like :meth:`experiment`."""
         entry = self.settings.pretraining[stage]
         training = merged_training(self.settings.training, entry.training)
-        return run_of(plm, self.shape(plm), training, [entry.method], [])
+        return run_of(plm, self.shape(plm), training, [entry.method], [], pretraining_spec(self.cfg, stage, plm))
 
     def token_cache_mb(self, corpus: str, model: str) -> float:
         """The tokenised corpus's cache, counted for the first job that reads it."""
@@ -285,8 +300,12 @@ def _training(s: Sizes, p: rc.Pricing, run: Run, gpus: int, scored: bool) -> tup
     rate, overhead = p.rate("train_sentences_per_s", shape), p.rate("train_step_overhead_s", shape)
     factor = sum(p.value(f"train_factor:{c}") for c in run.components)
     factor += sum(p.value(f"train_extra:{a}") for a in run.auxiliaries)
-    if t.chunk_size and t.chunk_size < t.batch_size:
+    held, rows = held_batch(s, p, run)
+    chunk = held.chunk_size or (held.chunk_tokens and max(1, held.chunk_tokens // memory.tokens_of(t.max_len)))
+    if chunk and chunk < rows:
         factor *= p.value("train_chunk_factor")
+    sentences = -(-t.batch_size // (t.devices * t.nodes * t.accumulation_steps))
+    parts = -(-sentences // held.micro_batch) if held.micro_batch else 1  # accumulated micro-batches: a launch each
     seconds = math.nan
     if rate is not None and overhead is not None:
         def launches(m: rc.ModelShape) -> float:  # a step's fixed cost grows with the layers
@@ -297,7 +316,7 @@ def _training(s: Sizes, p: rc.Pricing, run: Run, gpus: int, scored: bool) -> tup
         if sentence <= 0:
             raise ConfigError(f"rates table {p.book.path}: {rate.label} at batch {rate.batch_size} is faster than "
                               "train_step_overhead_s alone allows")
-        step = factor * (launches(shape) + t.batch_size * sentence * p.scale(rate, shape))
+        step = factor * (parts * launches(shape) + t.batch_size * sentence * p.scale(rate, shape))
         seconds = steps * step / max(1, gpus if s.gpus else 1)
     if scored and t.eval_steps:
         evals = steps // t.eval_steps + (1 if t.eval_at_end and steps % t.eval_steps else 0)
@@ -306,6 +325,25 @@ def _training(s: Sizes, p: rc.Pricing, run: Run, gpus: int, scored: bool) -> tup
     disk = (shape.parameters * 4 / MB + s.token_cache_mb(run.corpus, s.settings.plms[run.plm].model)
             + rc.MLFLOW_MB_PER_RUN + steps / t.log_steps * rc.MLFLOW_MB_PER_LOGGED_STEP)
     return seconds, disk
+
+
+def held_batch(s: Sizes, p: rc.Pricing, run: Run) -> tuple[memory.StepPlan, int]:
+    """How the job holds its batch, decided as the job decides it (``training.chunk_size``,
+    :func:`cselab.training.memory.plan_step`), in the rates table's ``device_memory_gb`` on a node
+    with GPUs (on the CPU ``auto`` runs whole), and the rows of its largest network run (a process's
+    sentences a step times the views its methods run together: SimCSE's two)."""
+    t, shape = run.training, run.shape
+    sentences = -(-t.batch_size // (t.devices * t.nodes * t.accumulation_steps))
+    per_sentence, footprint = memory.objective_memory(run.methods, shape.layers)
+    rows = sentences * max(1, int(footprint.layers // shape.layers))
+    device = p.value("device_memory_gb") * 1e9 if s.gpus and t.chunk_size == "auto" else None
+    if device is not None and not math.isfinite(device):
+        return memory.StepPlan(), rows  # the plan stops naming the missing row
+    model = memory.Model(shape.layers, shape.hidden, shape.intermediate, shape.vocab, shape.parameters)
+    held = memory.plan_step(t.chunk_size, per_sentence and bool(run.methods), model, footprint, sentences,
+                            memory.tokens_of(t.max_len), t.precision, device, what=f"{run.plm} ({p.book.path.stem})",
+                            can_chunk=t.keyed_dropout, chunk_tokens=t.chunk_tokens)
+    return held, rows
 
 
 def train(job: DryJob, s: Sizes, p: rc.Pricing) -> tuple[float, float]:
@@ -565,7 +603,10 @@ def assumptions(s: Sizes, node: dict) -> list[str]:
         f"{s.corpus_lines():,} lines (subsampled sets x {', '.join(f'{v:g}' for v in rc.SUBSAMPLE_LINES.values())}), "
         "steps as the training loop counts them, STS-B dev scored every eval_steps.",
         f"Time = size / rate: training sentences at the rate's model and batch, scaled by non-embedding "
-        f"parameters and by the method's factor; a text is {rc.TOKENS_PER_WORD} tokens a word plus "
+        f"parameters and by the method's factor; a training's batch held as training.chunk_size holds it on the "
+        f"node's GPU (its device_memory_gb; auto: whole where the step fits, else gradient-cached chunks at "
+        f"train_chunk_factor, or a per-sentence objective's accumulated micro-batches, each a step's fixed cost); "
+        f"a text is {rc.TOKENS_PER_WORD} tokens a word plus "
         f"{rc.SPECIAL_TOKENS}; BEIR sizes are the published ones (cselab.data.beir.BEIR_SIZES), each corpus "
         "streamed and encoded once per job (a checkpoint and a corpus); its fp16 embeddings on disk only with "
         "evaluation.beir.corpus_cache.",

@@ -88,12 +88,28 @@ def _canonical(method: str, options: dict) -> dict:
     return cls.canonical_options(options) if cls else dict(options)
 
 
+def merged_training(cfg: dict, name: str | None = None, stage: str | None = None) -> dict[str, Any]:
+    """The one merge of training settings, later wins: ``training`` < ``plms.<plm>.training`` <
+    ``methods.<m>.training`` < ``experiments.<name>.training`` for an experiment, ``training`` <
+    ``pretraining.<stage>.training`` for a pretraining stage. Every reader of an experiment's or a
+    stage's settings goes through it: its spec (what it computes), its operational settings (how it
+    runs, :func:`operational_settings`), the config's checks and the cost plan."""
+    if stage is not None:
+        layers = [cfg["pretraining"][stage]]
+    else:
+        exp = cfg["experiments"][name]
+        layers = [cfg["plms"][exp["plm"]], cfg["methods"].get(exp["method"], {}), exp]
+    merged = dict(cfg["training"])
+    for layer in layers:
+        merged.update(layer.get("training") or {})
+    return merged
+
+
 def merge_experiment(cfg: dict, name: str) -> dict:
     exp = cfg["experiments"][name]
     plm = cfg["plms"][exp["plm"]]
     method = cfg["methods"].get(exp["method"], {})
-    training = {**cfg["training"], **plm.get("training", {}), **method.get("training", {}),
-                **exp.get("training", {})}
+    training = merged_training(cfg, name)
     primary = method.get("objective", UNTRAINED)
     options = {**_canonical(primary, method.get("options", {})), **_canonical(primary, exp.get("options", {}))}
     auxiliaries = {aux: {**entry, "options": _canonical(aux, entry.get("options", {}))}
@@ -192,8 +208,8 @@ def pretraining_spec(cfg: dict, stage: str, plm: str) -> dict[str, Any]:
         raise ConfigError(f"unknown PLM {plm!r} for pretraining stage {stage!r}")
     entry = cfg["pretraining"][stage]
     options = _canonical(entry["method"], entry.get("options", {}))
-    training = _job_training({**cfg["training"], **entry.get("training", {})},
-                             (Component(entry["method"], 1.0, options),), scored=False)
+    training = _job_training(merged_training(cfg, stage=stage), (Component(entry["method"], 1.0, options),),
+                             scored=False)
     return {"id": f"{stage}-{plm}", "name": stage, "plm": plm, "model": cfg["plms"][plm]["model"],
             "method": stage, "objective": entry["method"], "weight": 1.0, "options": options,
             "auxiliaries": {}, "signature": entry["method"], "training": training,
@@ -223,11 +239,9 @@ def trained_spec(cfg: dict, exp_id: str) -> ExperimentSpec:
 
 
 def operational_settings(cfg: dict, exp_id: str | None = None, stage: str | None = None) -> dict[str, Any]:
-    """The settings of an experiment (or pretraining stage) that change how it runs, not what it computes."""
-    if stage is not None:
-        training = {**cfg["training"], **cfg["pretraining"][stage].get("training", {})}
-    else:
-        training = merge_experiment(cfg, parse_id(cfg, exp_id)[0])["training"]
+    """The settings of an experiment (or pretraining stage) that change how it runs, not what it
+    computes (:data:`OPERATIONAL`): what its job reads besides its spec."""
+    training = merged_training(cfg, stage=stage) if stage is not None else merged_training(cfg, parse_id(cfg, exp_id)[0])
     return {k: training[k] for k in OPERATIONAL if k in training}
 
 
@@ -295,6 +309,7 @@ def training_mem_mb(spec: ExperimentSpec | dict, processes: int = 1) -> int:
         return 32000
     t = spec.training
     params = shape.nonembedding + (shape.vocab + shape.positions) * shape.hidden
-    rows = 3 * min(t.batch_size, t.chunk_size or t.batch_size)  # up to three views (CompCSE, the edits)
+    chunk = t.chunk_size if isinstance(t.chunk_size, int) else t.batch_size  # auto: whole, as on the CPU
+    rows = 3 * min(t.batch_size, chunk)  # up to three views (CompCSE, the edits)
     activations = rows * t.max_len * shape.hidden * shape.layers * 24
     return int(math.ceil((3e9 + 16 * params + activations) * processes / 1e9)) * 1000

@@ -27,7 +27,15 @@ from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
 class UserError(WorkflowError):
     """A user's mistake found while the workflow is read (a config value, a missing file): the
-    console (:mod:`cselab.pipeline.console`) shows its message alone, the log keeps where."""
+    console (:mod:`cselab.pipeline.console`) shows its message alone, the log keeps where.
+    Snakemake's logger receives only an exception's class name and its formatted text, so the
+    message raised last is kept here for the console (:attr:`last`)."""
+
+    last: str | None = None
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        UserError.last = str(message)
 
 #: flags of an invocation that neither plans nor runs jobs (unlock, lint, reports, listings, DAG pictures)
 NO_JOB_FLAGS = console.NO_JOB_FLAGS
@@ -132,6 +140,19 @@ def user_error(e: BaseException) -> CselabError:
     return named
 
 
+def hand_to_jobs(config: dict, cfg: dict) -> None:
+    """Snakemake's ``config`` (what each job receives) becomes the validated ``cfg``, keeping the
+    config as given under :data:`cselab.pipeline.operations.GIVEN`: a job reads its settings
+    from the config its plan was made of, through the same functions, validated once."""
+    import copy
+
+    from cselab.pipeline.operations import GIVEN
+
+    given = copy.deepcopy({k: v for k, v in config.items() if k != GIVEN})
+    config.clear()
+    config.update(copy.deepcopy(cfg), **{GIVEN: given})
+
+
 def set_up(run: Invocation, cfg: dict) -> None:
     """Before planning: the invocation's id and command for its jobs, a cluster job's signal,
     the folder's lock, the corpus and the trained models checked."""
@@ -150,7 +171,6 @@ def set_up(run: Invocation, cfg: dict) -> None:
         from cselab.pipeline.locks import hold_invocation
 
         previous = hold_invocation(STATE_DIR, os.environ.get(COMMAND_ENV), os.environ[INVOCATION_ENV])
-        _warm_job_host(run)
     if run.checks:  # the last invocation died (kill -9): what it left is finished or cleared first
         from cselab.pipeline.locks import INVOCATION_INFO, last_holder
         from cselab.pipeline.recovery import recover
@@ -163,17 +183,6 @@ def set_up(run: Invocation, cfg: dict) -> None:
         set_aside_damaged_models(run.executing)
         for hint in deleted_experiments(cfg):
             print(f"cselab: {hint}", file=sys.stderr)
-
-
-def _warm_job_host(run: Invocation) -> None:
-    """Jobs this invocation runs itself run as forks of one warm process
-    (:mod:`cselab.pipeline.jobhost`); a cluster's jobs each start their own."""
-    from cselab.pipeline import jobhost
-
-    if jobhost.wanted(local=not cluster(run.args)):
-        jobhost.enable(os.environ[INVOCATION_ENV])
-    else:
-        os.environ.pop(jobhost.ADDRESS_ENV, None)
 
 
 def check_corpus_source(cfg: dict) -> None:

@@ -1,9 +1,13 @@
 """What a job reads of how to run: the operational settings (:mod:`cselab.settings.operational`)
-of the config Snakemake hands it, typed, through one function, :func:`operations`. A job's spec
-(its params) holds what it computes; this holds how: tracking, plugins, encoding batches and the
+of the config Snakemake hands it, through one function, :func:`operations`. A job's spec (its
+params) holds what it computes; this holds how: tracking, plugins, encoding batches and the
 embedding cache, retrieval's precision and blocks, the training run's processes, checkpoints,
-logging and compile. Nothing here is validated again beyond these settings: the invocation that
-planned the job validated the config once.
+logging and compile.
+
+The config a job receives is the invocation's validated one (``rules/common.smk`` puts it in
+Snakemake's ``config``, as ``snakemake.utils.validate`` fills in defaults): a training job's
+operational settings come from :func:`cselab.pipeline.experiments.operational_settings`, the same
+merge its spec was made with. Nothing is validated again.
 """
 
 from __future__ import annotations
@@ -11,18 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cselab.settings import from_dict, training_settings
+from cselab.settings import from_dict
 from cselab.settings.operational import BEIR, EVALUATION
 from cselab.settings.sections import Mlflow
-from cselab.settings.spec import ExperimentSpec
-from cselab.settings.training import OPERATIONAL as TRAINING_OPERATIONAL
+
+#: the key of Snakemake's config that keeps the config as the invocation was given it (the cost
+#: plan's dry run plans that; the other keys are the validated config)
+GIVEN = "cselab_config_as_given"
 
 
 @dataclass(frozen=True)
 class Operations:
     """A job's operational settings. ``training``: the OPERATIONAL training settings of the job's
-    experiment or pretraining stage (empty for other jobs); ``config``: the whole config, for the
-    one job whose output is about the config itself (the cost plan's dry run)."""
+    experiment or pretraining stage (empty for other jobs); ``config``: the config as given, for
+    the one job whose output is about the config itself (the cost plan's dry run)."""
 
     tracking_uri: str
     mlflow: Mlflow
@@ -33,53 +39,22 @@ class Operations:
     config: dict = field(default_factory=dict, repr=False)
 
 
-def operations(smk, spec: ExperimentSpec | dict | None = None, stage: bool = False) -> Operations:
-    """The job's operational settings, from ``smk.config``; ``spec``: a training job's spec (its
-    experiment's, or with ``stage`` its pretraining stage's, operational training settings)."""
+def operations(smk, exp_id: str | None = None, stage: str | None = None) -> Operations:
+    """The job's operational settings, from ``smk.config`` (the validated config); a training
+    job's experiment ``exp_id`` or pretraining ``stage``: their operational training settings too."""
     import os
+
+    from cselab.pipeline.experiments import operational_settings
 
     config = dict(smk.config)
     mlflow = from_dict(Mlflow, config.get("mlflow") or {}, where="mlflow")
     evaluation = config.get("evaluation") or {}
     beir = evaluation.get("beir") or {}
     training = {}
-    if spec is not None:
-        spec = ExperimentSpec.of(spec)
-        training = stage_training(config, spec.name) if stage else experiment_training(config, spec)
-        training_settings(training)  # typed: a bad value is one message naming the key
+    if exp_id is not None or stage is not None:
+        training = operational_settings(config, exp_id, stage)
     return Operations(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or mlflow.tracking_uri, mlflow=mlflow,
                       plugins=tuple(config.get("plugins") or ()),
                       encoding={k: evaluation[k] for k in EVALUATION if evaluation.get(k) is not None},
-                      beir={k: beir[k] for k in BEIR if k in beir}, training=training, config=config)
-
-
-def experiment_training(config: dict, spec: ExperimentSpec) -> dict[str, Any]:
-    """The OPERATIONAL training settings of an experiment, merged as its spec was: ``training`` <
-    its PLM's < its method's < its own entry's (a sweep's point and a methods table's experiment
-    take their base experiment's entry, or none)."""
-    entry = _experiment_entry(config, spec.name)
-    merged = {**(config.get("training") or {}),
-              **((config.get("plms") or {}).get(spec.plm) or {}).get("training", {}),
-              **((config.get("methods") or {}).get(spec.method) or {}).get("training", {}),
-              **(entry.get("training") or {})}
-    return {k: merged[k] for k in TRAINING_OPERATIONAL if k in merged}
-
-
-def stage_training(config: dict, stage: str) -> dict[str, Any]:
-    """The OPERATIONAL training settings of a pretraining stage: ``training`` < the stage's own."""
-    merged = {**(config.get("training") or {}),
-              **((config.get("pretraining") or {}).get(stage) or {}).get("training", {})}
-    return {k: merged[k] for k in TRAINING_OPERATIONAL if k in merged}
-
-
-def _experiment_entry(config: dict, name: str) -> dict:
-    """``experiments.<name>`` as written; a sweep's point (``<base>@...``, or a name its sweep
-    gives a point) has its base's."""
-    experiments = config.get("experiments") or {}
-    if name in experiments:
-        return experiments[name] or {}
-    for sweep in (config.get("sweeps") or {}).values():
-        if name in ((sweep or {}).get("names") or {}).values() and (sweep or {}).get("base") in experiments:
-            return experiments[sweep["base"]] or {}
-    base = name.split("@")[0]
-    return experiments.get(base) or {}
+                      beir={k: beir[k] for k in BEIR if k in beir}, training=training,
+                      config=config.get(GIVEN, config))

@@ -66,8 +66,10 @@ class ExperimentSpec:
     keys: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ExperimentSpec:
-        """The typed spec of a spec dict (an unknown key or a missing ``objective`` raises ConfigError)."""
+    def from_dict(cls, d: Mapping[str, Any], operational: Mapping[str, Any] | None = None) -> ExperimentSpec:
+        """The typed spec of a spec dict (an unknown key or a missing ``objective`` raises
+        ConfigError); ``operational``: the job's operational training settings, read as the
+        spec's (``spec.training.devices``) but not stated by it (:meth:`to_dict` leaves them out)."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"an experiment spec is a mapping, got {d!r}")
         fields = set(SPEC_KEYS)
@@ -77,13 +79,19 @@ class ExperimentSpec:
             raise ConfigError(f"experiment spec {d.get('id', '')!r}: {problem}; its keys: {', '.join(SPEC_KEYS)}")
         training = d.get("training") or {}
         values = {k: copy.deepcopy(v) for k, v in d.items() if k != "training"}
-        return cls(**values, training=_training(json.dumps(training, sort_keys=True, default=str)),
-                   training_keys=tuple(training), keys=tuple(d))
+        typed = _training(json.dumps({**training, **(operational or {})}, sort_keys=True, default=str))
+        return cls(**values, training=typed, training_keys=tuple(training), keys=tuple(d))
 
     @classmethod
-    def of(cls, spec: ExperimentSpec | Mapping[str, Any]) -> ExperimentSpec:
-        """``spec`` typed (a typed spec as it is)."""
-        return spec if isinstance(spec, ExperimentSpec) else cls.from_dict(spec)
+    def of(cls, spec: ExperimentSpec | Mapping[str, Any],
+           operational: Mapping[str, Any] | None = None) -> ExperimentSpec:
+        """``spec`` typed (a typed spec as it is), with ``operational`` settings where given."""
+        if not isinstance(spec, ExperimentSpec):
+            return cls.from_dict(spec, operational)
+        if not operational:
+            return spec
+        plain = {k: to_plain(getattr(spec.training, k)) for k in spec.training_keys}
+        return spec.with_training(_training(json.dumps({**plain, **operational}, sort_keys=True, default=str)))
 
     def to_dict(self) -> dict[str, Any]:
         """The spec dict it was built from: the same keys in the same order, the same values."""

@@ -11,7 +11,7 @@ POSITIVE = {"minimum": 1}
 #: the settings that change how a job runs (speed, memory, logging, processes), never its numbers:
 #: left out of a job's spec, so changing one never reruns it (:mod:`cselab.pipeline.experiments`)
 OPERATIONAL = ("checkpoint_steps", "compile", "pad_to_multiple_of", "devices", "nodes", "dist_timeout_s",
-               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "collapse", "peak_tflops")
+               "owner_wait_s", "log_steps", "dev_batch_size", "chunk_size", "chunk_tokens", "collapse", "peak_tflops")
 
 
 @settings
@@ -82,7 +82,8 @@ class Training:
                                        "this is part of the experiment); false: Hugging Face's padded forward")
     compile: Literal[False, True, "auto", "default", "reduce-overhead", "max-autotune"] = setting(
         "auto", doc="run the step through torch.compile while training (true = mode default; reduce-overhead adds "
-                    "CUDA graphs; auto = reduce-overhead on one CUDA device without chunk_size, else eager); "
+                    "CUDA graphs; auto = reduce-overhead on one CUDA device, else eager; with gradient caching "
+                    "each chunk is compiled in one fixed shape); "
                     "sequence lengths padded to multiples of 8; the compiled forward is the padded one (see "
                     "unpadded); operational: changes speed, not results, and retrains nothing")
     pad_to_multiple_of: int | None = setting(None, **POSITIVE,
@@ -117,11 +118,22 @@ class Training:
                                             "it: cselab/models/keyed.py), so chunk_size and the number of processes "
                                             "change no mask; false: torch's own stream (no chunk_size); part of the "
                                             "experiment")
-    chunk_size: int | None = setting(None, **POSITIVE,
-                                     doc="gradient caching (Gao et al., 2021): networks run over at most this many "
-                                         "rows at a time, twice (without and with a graph), the loss on the whole "
-                                         "batch: the full-batch step with the activation memory of one chunk "
-                                         "(cselab/training/chunks.py); null: off; operational (needs keyed_dropout)")
+    chunk_size: int | Literal["auto"] | None = setting(
+        "auto", schema={"anyOf": [{"type": "integer", "minimum": 1}, {"enum": ["auto", None]}]},
+        doc="how a batch runs in the device's memory (docs/speed.md): auto = whole where the step fits the device "
+            "(always on the CPU), else in the largest chunks that fit, estimated from the model, the batch's tokens "
+            "and the device's free memory (cselab/training/memory.py), an out-of-memory step halving them and "
+            "running again; an integer: gradient caching (Gao et al., 2021), networks run over at most this many "
+            "rows at a time, twice (without and with a graph), the loss on the whole batch: the full-batch step "
+            "with the activation memory of one chunk (cselab/training/chunks.py); an objective whose loss is a sum "
+            "over sentences (InfoCSE's stage 1) runs accumulated micro-batches of that many sentences instead; "
+            "null: the batch whole; operational (chunks need keyed_dropout)")
+    chunk_tokens: int | None = setting(None, **POSITIVE,
+                                       doc="gradient caching by a token budget (sentence-transformers' "
+                                           "mini_batch_num_tokens): a chunk holds as many rows as fit this many "
+                                           "tokens at the batch's padded length (a compiled step's: max_len), "
+                                           "instead of chunk_size rows; at least max_len (a chunk holds a "
+                                           "sentence); null: chunk_size decides; operational (needs keyed_dropout)")
     collapse: Collapse = setting(Collapse,
                                  doc="the collapse alarm (cselab/training/diagnostics.py): a dev evaluation whose "
                                      "effective rank is below min_effective_rank or whose uniformity is above "

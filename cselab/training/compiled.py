@@ -1,10 +1,12 @@
 """``training.compile``: which mode a run compiles its step in, and an inductor cache that a job
 killed mid-compile cannot poison for the jobs after it.
 
-``auto`` (the default) is CUDA graphs (``reduce-overhead``) for a single-process CUDA run without
-gradient caching, where it was measured fastest (docs/speed.md), and the eager step everywhere
-else. Compiling changes no result (the step's math and its keyed dropout are the same), so the
-setting is operational.
+``auto`` (the default) is CUDA graphs (``reduce-overhead``) for a single-process CUDA run, where it
+was measured fastest (docs/speed.md): the whole step, or with gradient caching (``training.chunk_size``
+as planned for the device, :mod:`cselab.training.memory`) each chunk in one fixed shape
+(:mod:`cselab.training.chunks`); the eager step everywhere else. Compiling
+changes no result (the step's math and its keyed dropout are the same), so the setting is
+operational.
 
 A job killed while inductor writes its cache can leave an empty file behind (a 0-byte ``.so``
 was seen), and a damaged disk a cut or garbled one: the next job loads it and every compiled step
@@ -41,13 +43,13 @@ CACHE_SUFFIXES = (".so", ".o", ".cubin", ".ptx", ".py", ".json", ".pkl", ".cpp",
                   ".ttgir", ".llir")
 
 
-def compile_mode(setting, device: torch.device, world: int, chunk_size: int | None):
+def compile_mode(setting, device: torch.device, world: int):
     """The ``torch.compile`` mode a run uses for ``training.compile`` = ``setting`` (False: eager;
-    True: torch's default mode): ``auto`` is ``reduce-overhead`` on one CUDA device without
-    gradient caching (its replayed chunks run outside the compiled step), else eager."""
+    True: torch's default mode): ``auto`` is ``reduce-overhead`` on one CUDA device (the whole
+    step, or with gradient caching each chunk in its fixed shape), else eager."""
     if setting != "auto":
         return setting
-    return "reduce-overhead" if device.type == "cuda" and world == 1 and not chunk_size else False
+    return "reduce-overhead" if device.type == "cuda" and world == 1 else False
 
 
 def share_cache(folder: Path) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import json
 import logging
 import math
 import random
@@ -43,16 +44,17 @@ from torch.profiler import record_function
 
 from cselab.data.corpus import read_sentences
 from cselab.data.tokens import host_sum, to_device, tokenize_corpus
-from cselab.errors import DataError, NumericError
+from cselab.errors import CselabError, DataError, NumericError
 from cselab.io import Progress, link_or_copy, open_atomic, write_json, write_with
 from cselab.models.checkpoints import record_model_files, resolve_model
 from cselab.models.encoder import SentenceEncoder, load_encoder
 from cselab.models.heads import save_head
-from cselab.settings import to_plain, training_settings
+from cselab.settings import to_plain
 from cselab.settings.spec import ExperimentSpec
-from cselab.training import compiled, diagnostics
+from cselab.training import compiled, diagnostics, memory
 from cselab.training import distributed as D
 from cselab.training.checkpoints import Checkpoints, fingerprint, rng_state, set_rng_state
+from cselab.training.methods import method_config
 from cselab.training.objective import build_objective
 from cselab.training.numerics import Precision, linear_schedule, make_optimizer, warmup_steps
 from cselab.training.preemption import Preempted, StopFlag, stop_on_signals
@@ -105,6 +107,14 @@ class Window:
         number of processes (every process must call it)."""
         return {"sums": self._reduced(), "steps": self.steps, "sentences": self.sentences, "tokens": self.tokens,
                 "encoded": self.encoded}
+
+    def snapshot(self) -> tuple:
+        """What :meth:`add` changes (its sums are new tensors each time: a shallow copy keeps them)."""
+        return dict(self.sums), self.steps, self.sentences, self.tokens, self.encoded
+
+    def restore_snapshot(self, saved: tuple) -> None:
+        self.sums = dict(saved[0])
+        self.steps, self.sentences, self.tokens, self.encoded = saved[1:]
 
     @classmethod
     def restore(cls, state: dict | None) -> "Window":
@@ -183,7 +193,7 @@ class Trainer:
     :meth:`step`, :meth:`checkpoint` and :meth:`finish`; :func:`train` runs them in order."""
 
     def __init__(self, spec: ExperimentSpec, device: torch.device, out_dir: Path, dev_score: DevScore | None,
-                 on_log: Callable[[dict], None] | None):
+                 on_log: Callable[[dict], None] | None, plan: memory.StepPlan | None = None):
         # ``spec.training``: the job's settings typed, its operational ones included (every key: a
         # spec leaves some out, which read as their defaults; ``spec.holds`` tells which it states)
         self.t = spec.training
@@ -193,6 +203,14 @@ class Trainer:
         self.state = LoopState()
         self.phases: dict[str, float] = {}  # wall seconds by phase (:meth:`phase`), this attempt's
         self.stop = StopFlag()  # set by a stop signal while the epochs run (:func:`train`)
+        # how a step holds its batch (training.chunk_size): train()'s plan, else planned here alike
+        self.plan = plan or step_plan(spec, self.t, device, self.world)
+        self.memory_confirmed = False  # the first step's peak memory logged (CUDA)
+        self.sentences = 0  # this process's sentences in the last micro-batch
+        self.step_compiled = False  # training.compile: the step (or its chunks) compiled
+        self.stepped = False  # this attempt ran a step
+        self.batch_width: int | None = None  # a compiled step's one batch width (compile_step)
+        self.widths_given = False  # training.pad_to_multiple_of was set: a compiled step keeps its widths
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -223,6 +241,8 @@ class Trainer:
         if padded_because:
             log.info("training.unpadded: the padded forward for %s (%s)", spec.model, padded_because)
         self.objective = build_objective(spec, self.encoder, artifacts, plm_dir).to(self.dev)
+        runner = self.objective.runner  # training.chunk_size (chunk_tokens) as planned for the device
+        runner.chunk_size, runner.chunk_tokens = self.plan.chunk_size, self.plan.chunk_tokens
         sentences = read_sentences(corpus_path, min_lines=2)
 
         def tokenize(texts: list[str]):
@@ -270,7 +290,7 @@ class Trainer:
             # the single-process math, on every backend (absent: the methods have no BatchNorm head)
             if self.used("batchnorm_stats") and self.t.batchnorm_stats == "global":
                 D.global_batchnorm(trainable)
-            if self.objective.runner.chunk_size:  # a backward in several passes: gradients averaged after them
+            if self.objective.runner.chunked:  # a backward in several passes: gradients averaged after them
                 self.trainable = self.forward = trainable
                 return
             # parameters a method never uses (e.g. BERT's pooler under cls_before_pooler) are found once
@@ -278,7 +298,8 @@ class Trainer:
             # (no_sync does not combine with static_graph)
             trainable = nn.parallel.DistributedDataParallel(
                 trainable, device_ids=[self.dev] if self.dev.type == "cuda" else None,
-                **({"find_unused_parameters": True} if self.schedule.accumulate > 1 else {"static_graph": True}))
+                **({"find_unused_parameters": True} if self.schedule.accumulate > 1 or self.plan.micro_batch
+                   else {"static_graph": True}))
         self.trainable = self.forward = trainable
 
     def compile_step(self, mode: str | None = None) -> None:
@@ -287,39 +308,133 @@ class Trainer:
         batch shape. Batches are padded to multiples of ``pad_to_multiple_of`` (a few widths) and
         the encoder runs its padded forward at that width while training (static shapes, no host
         read); keyed dropout is one opaque op per site (:mod:`cselab.models.keyed_ops`), so
-        nothing breaks the graph. Evaluation keeps the eager encoder; weights are shared."""
+        nothing breaks the graph. With gradient caching each chunk is compiled instead, in one
+        fixed shape (:meth:`Runner.compile_chunks`), the rest of the step eager around them.
+        Evaluation keeps the eager encoder; weights are shared."""
         import torch._dynamo
 
         compiled.drop_partial_files(compiled.cache_dir())
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.encoder.static_shapes = True
-        self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
-        self.compile_mode, self.compile_retried = mode, False
+        self.compile_mode, self.compile_retried, self.step_compiled = mode, False, True
+        if not self.widths_given:  # every batch at the longest row's width: one shape, cached for later jobs
+            self.batch_width = memory.tokens_of(self.t.max_len)
+        if self.objective.runner.chunked:
+            self.compile_chunks()
+        else:
+            self.forward = torch.compile(self.trainable, mode=mode, dynamic=False)
+        self.precision.compile_update(self.optimizer, self.params, self.t.max_grad_norm)
+
+    def compile_chunks(self) -> None:
+        """Gradient caching's chunks compiled in one fixed shape: the longest row a batch may have."""
+        multiple = self.t.pad_to_multiple_of or 8
+        self.objective.runner.compile_chunks(-(-self.t.max_len // multiple) * multiple, mode=self.compile_mode)
+        self.forward = self.trainable
 
     def guarded_step(self, index: torch.Tensor, window: Window, multiple: int) -> None:
-        """:meth:`step`; with a compiled step, a failed compile (:mod:`cselab.training.compiled`)
-        is retried once in a fresh cache, then the run goes on eager. The retry restores the
-        random state the step began with, so it draws the same dropout and masks."""
-        if self.forward is self.trainable:
-            self.step(index, window, multiple)
-            return
-        before = rng_state(self.generator)
+        """:meth:`step`, run again from the state it began with (the random state, the logging
+        window, BatchNorm's running statistics; the gradients cleared) after an out-of-memory
+        error, in chunks half as large (:meth:`halve_chunks`): the same keys and draws, so the same
+        step. With a compiled step, a failed compile (:mod:`cselab.training.compiled`) is retried
+        once in a fresh cache, then the run goes on eager, the same way."""
+        before = (rng_state(self.generator), window.snapshot(), self._norm_buffers())
         try:
             self.step(index, window, multiple)
+            failed = None
+        except torch.OutOfMemoryError as e:
+            failed = " ".join([type(e).__name__ + ":", *str(e).split()])[:300]
         except compiled.compile_failures() as e:
-            self.optimizer.zero_grad(set_to_none=True)
-            set_rng_state(before, self.generator)
-            reason = " ".join([type(e).__name__ + ":", *str(e).split()])[:300]
-            if not self.compile_retried:
-                log.warning("compiling the step failed (%s); compiling again in a fresh cache %s", reason,
-                            compiled.fresh_cache())
-                self.compile_retried = True
-                self.forward = torch.compile(self.trainable, mode=self.compile_mode, dynamic=False)
-            else:
-                log.warning("compiling the step failed again (%s); training goes on with the eager step "
-                            "(the same numbers, slower)", reason)
-                self.forward = self.trainable
+            if not self.step_compiled:
+                raise
+            self._undo_step(before, window)
+            self._recompile(" ".join([type(e).__name__ + ":", *str(e).split()])[:300])
             self.guarded_step(index, window, multiple)
+            return
+        if failed:  # outside the handler: the failed step's tensors are freed with its traceback
+            self._undo_step(before, window)
+            self.halve_chunks(failed)
+            self.guarded_step(index, window, multiple)
+            return
+        self._confirm_memory()
+
+    def _norm_buffers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of the running statistics a step updates in place (BatchNorm heads), to undo it."""
+        return [(b, b.clone()) for m in self.trainable.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
+                for b in m.buffers(recurse=False)]
+
+    def _undo_step(self, before: tuple, window: Window) -> None:
+        """Back to the state a failed step began with."""
+        rng, logged, buffers = before
+        self.optimizer.zero_grad(set_to_none=True)
+        self.objective.runner.cached = []
+        set_rng_state(rng, self.generator)
+        window.restore_snapshot(logged)
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        if self.dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _recompile(self, reason: str) -> None:
+        runner = self.objective.runner
+        if not self.compile_retried:
+            log.warning("compiling the step failed (%s); compiling again in a fresh cache %s", reason,
+                        compiled.fresh_cache())
+            self.compile_retried = True
+            if runner.compiled is not None:
+                runner.graphs = {}
+            else:
+                self.forward = torch.compile(self.trainable, mode=self.compile_mode, dynamic=False)
+            self.precision.uncompile_update(self.optimizer)
+            self.precision.compile_update(self.optimizer, self.params, self.t.max_grad_norm)
+        else:
+            log.warning("compiling the step failed again (%s); training goes on with the eager step "
+                        "(the same numbers, slower)", reason)
+            self.forward, self.step_compiled = self.trainable, False
+            runner.compile_chunks(None)
+            self.precision.uncompile_update(self.optimizer)
+
+    def halve_chunks(self, reason: str) -> None:
+        """After an out-of-memory error: the step's chunks (rows a network run; a per-sentence
+        objective's micro-batch) halved, from the whole batch where it ran whole; one warning. A
+        step that failed at one row a chunk, or one of several processes (which cannot rerun a step
+        alone), ends in one message naming the setting."""
+        runner, plan, t = self.objective.runner, self.plan, self.t
+        tokens = memory.tokens_of(t.max_len)
+        chunk = runner.chunk_size or (runner.chunk_tokens and max(1, runner.chunk_tokens // tokens)) or runner.largest
+        chunk = min(chunk, runner.largest or chunk)  # a chunk as large as the runs is the whole run
+        current = min(plan.micro_batch or self.sentences, self.sentences) if plan.per_sentence else chunk
+        free = torch.cuda.mem_get_info(self.dev)[0] if self.dev.type == "cuda" else None
+        if self.world > 1:
+            raise CselabError(f"training {self.spec.id}: out of device memory on one of {self.world} processes "
+                              f"({reason}); set training.chunk_size to rows a network run below {current}")
+        if current <= 1 or not (plan.per_sentence or runner.keyed):
+            raise memory.too_large(self.spec.model, self.sentences, tokens, free) from None
+        half = current // 2
+        if plan.per_sentence:
+            self.plan = dataclasses.replace(plan, micro_batch=half, reason=f"micro-batches of {half} sentences")
+            what = f"micro-batches of {half} sentences"
+        else:
+            runner.chunk_size, runner.chunk_tokens = half, None
+            self.plan = dataclasses.replace(plan, chunk_size=half, chunk_tokens=None, reason=f"chunks of {half} rows")
+            what = f"chunks of {half} rows"
+            if self.forward is not self.trainable:  # the whole step was compiled: its chunks are, instead
+                self.compile_chunks()
+        log.warning("out of device memory in step %d (%s): running it again in %s (training.chunk_size %s)",
+                    self.state.step + 1, reason, what, t.chunk_size)
+
+    def _confirm_memory(self) -> None:
+        """After the first step on CUDA: its peak memory beside the plan's estimate (one line; a
+        warning where it came within a few percent of the device's free memory)."""
+        if self.memory_confirmed or self.dev.type != "cuda":
+            return
+        self.memory_confirmed = True
+        peak, plan = torch.cuda.max_memory_allocated(self.dev), self.plan
+        estimate = "" if math.isnan(plan.estimate_bytes) else (
+            f", estimated {plan.estimate_bytes / 1e9:.1f} GB of {plan.available_bytes / 1e9:.1f} GB free")
+        near = not math.isnan(plan.available_bytes) and peak > 0.95 * plan.available_bytes
+        (log.warning if near else log.info)("training.chunk_size %s: %s; the first step's peak %.1f GB%s",
+                                            self.t.chunk_size, plan.reason, peak / 1e9, estimate)
 
     # -- resume and checkpoint ----------------------------------------------------------------
 
@@ -414,7 +529,7 @@ class Trainer:
         metrics = dict(out) if isinstance(out, dict) else {"stsb_dev_spearman": out}
         score, s = metrics["stsb_dev_spearman"], self.state
         log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
-        limits = to_plain(self.t.collapse) if self.used("collapse") else {}  # absent: no alarm
+        limits = to_plain(self.t.collapse)  # operational: never in a job's spec, read as the job's setting
         alarm = diagnostics.collapse_alarm(metrics, limits) if s.step > 0 else None
         if alarm:
             log.warning("collapse alarm at step %d: %s (training.collapse)", s.step, alarm)
@@ -427,32 +542,32 @@ class Trainer:
 
     def step(self, index: torch.Tensor, window: Window, multiple: int) -> None:
         """One optimizer step on the global batch ``index``: each micro-batch prepared, forward
-        in the run's precision, backward (with gradient caching: in passes, :mod:`chunks`);
+        in the run's precision, backward (with gradient caching: in passes, :mod:`chunks`; a
+        per-sentence objective too large for the device: in accumulated parts, :meth:`parts`);
         gradients averaged over processes once."""
         accumulate, world, runner = self.schedule.accumulate, self.world, self.objective.runner
         micro = torch.tensor_split(index, accumulate)
-        pad_id = self.encoder.tokenizer.pad_token_id
         for m, micro_index in enumerate(micro):
-            with record_function("cselab.batch"):
-                local = D.shard(micro_index)
-                # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
-                host = self.corpus.batch(local, pad_id, multiple)
-                # duplicates over the whole micro-batch (every process's rows): one process has it already
-                whole = host if world == 1 else self.corpus.batch(micro_index, pad_id)
-                duplicates = diagnostics.duplicate_rate(whole["input_ids"])
-                batch = {**to_device(host, self.dev), "index": local, "lengths": self.corpus.lengths[local]}
-            with record_function("cselab.prepare"), torch.no_grad():
-                batch = self.objective.prepare(batch)
+            batch, local, duplicates = self.micro_batch(micro_index, multiple)
             runner.begin(len(local), D.shard_offset(), self.dev)
-            last = world == 1 or m == len(micro) - 1 or not hasattr(self.trainable, "no_sync")
-            with contextlib.nullcontext() if last else self.trainable.no_sync():
-                with record_function("cselab.forward"), self.precision.autocast():
-                    loss, terms, scalars = self.forward(batch)
-                with record_function("cselab.backward"), self.precision.autocast():  # replayed chunks: autocast
-                    runner.backward(loss / accumulate if accumulate > 1 else loss, self.precision.backward)
-            window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars,
-                        "duplicate_rate": duplicates}, len(micro_index), 1 / len(micro), step_end=m == len(micro) - 1,
-                       tokens=host_sum(self.corpus.lengths[micro_index]), encoded=runner.tokens)
+            parts = self.parts(batch, len(local))
+            for p, (part, share, start) in enumerate(parts):
+                if share is not None:
+                    runner.part(part["input_ids"].size(0), D.shard_offset() + start)
+                end = p == len(parts) - 1
+                last = world == 1 or (m == len(micro) - 1 and end) or not hasattr(self.trainable, "no_sync")
+                with contextlib.nullcontext() if last else self.trainable.no_sync():
+                    with record_function("cselab.forward"), self.precision.autocast():
+                        loss, terms, scalars = self.forward(part)
+                        loss = loss if share is None else loss * share
+                    with record_function("cselab.backward"), self.precision.autocast():  # replayed chunks: autocast
+                        runner.backward(loss / accumulate if accumulate > 1 else loss, self.precision.backward)
+                weight = 1 / len(micro) if share is None else share / len(micro)
+                window.add({"loss": terms.pop("total"), **{f"loss.{k}": v for k, v in terms.items()}, **scalars,
+                            "duplicate_rate": duplicates}, len(micro_index) if end else 0, weight,
+                           step_end=m == len(micro) - 1 and end,
+                           tokens=host_sum(self.corpus.lengths[micro_index]) if end else 0,
+                           encoded=runner.tokens if end else 0)
         if not isinstance(self.trainable, nn.parallel.DistributedDataParallel):
             D.average_gradients(self.params)  # gradient caching on several processes (no DDP)
         with record_function("cselab.optimizer"):
@@ -461,6 +576,39 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         self.state.seen += len(index)
+
+    def micro_batch(self, micro_index: torch.Tensor, multiple: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """This process's share of a micro-batch, built, on the device and prepared by the methods
+        (no gradients), its sentences' corpus indices, and the duplicate rate over every process's rows."""
+        with record_function("cselab.batch"):
+            local = D.shard(micro_index)
+            # index and lengths stay on the host (CompCSE's parts; the unpadded forward's packing)
+            host = self.corpus.batch(local, self.encoder.tokenizer.pad_token_id, multiple)
+            # duplicates over the whole micro-batch (every process's rows): one process has it already
+            whole = host if self.world == 1 else self.corpus.batch(micro_index, self.encoder.tokenizer.pad_token_id)
+            duplicates = diagnostics.duplicate_rate(whole["input_ids"])
+            batch = {**to_device(host, self.dev), "index": local, "lengths": self.corpus.lengths[local]}
+        with record_function("cselab.prepare"), torch.no_grad():
+            batch = self.objective.prepare(batch)
+        self.sentences = len(local)
+        return batch, local, duplicates
+
+    def parts(self, batch: dict, sentences: int) -> list[tuple[dict, torch.Tensor | None, int]]:
+        """The prepared ``batch`` as the step runs it: whole (``[(batch, None, 0)]``), or for a
+        per-sentence objective whose micro-batch is smaller (``StepPlan.micro_batch``) its rows in
+        parts, each with its share of the loss's units (``loss_units``: the whole batch's loss is
+        their weighted sum, so are its gradients) and its first row. The batch is prepared (its
+        masks drawn) whole, and each part runs under the whole batch's keys (``Runner.part``)."""
+        size = self.plan.micro_batch
+        if not size or size >= sentences:
+            return [(batch, None, 0)]
+        starts = range(0, sentences, size)
+        parts = [{k: v[s:s + size] if isinstance(v, torch.Tensor) and v.dim() and v.size(0) == sentences else v
+                  for k, v in batch.items()} for s in starts]
+        units = [torch.as_tensor(self.objective.loss_units(part), dtype=torch.float32, device=self.dev)
+                 for part in parts]
+        total = torch.stack(units).sum().clamp(min=1)
+        return [(part, u / total, s) for part, u, s in zip(parts, units, starts)]
 
     def log_window(self, window: Window) -> Window:
         """The logging window's means as a curve row (a new window begins)."""
@@ -476,7 +624,7 @@ class Trainer:
         utilisation = diagnostics.mfu(self.encoder_parameters, window.encoded / window.seconds, self.peak)
         if utilisation is not None:
             speed["mfu"] = utilisation
-        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": self.scheduler.get_last_lr()[0], **speed})
+        self.record({"step": s.step, "epoch": s.epoch, **means, "lr": float(self.scheduler.get_last_lr()[0]), **speed})
         return Window()
 
     def run_epochs(self, checkpoints: Checkpoints | None) -> None:
@@ -484,7 +632,7 @@ class Trainer:
         ``eval_steps`` (and the last step with ``eval_at_end``), checkpoints every
         ``checkpoint_steps``."""
         t, s, sched = self.t, self.state, self.schedule
-        multiple = t.pad_to_multiple_of or 1  # with compile, 8 unless set (train)
+        multiple = self.batch_width or t.pad_to_multiple_of or 1  # with compile, one width unless set (train)
         # a pretraining stage is not scored (no dev_score; its spec has no eval_steps / eval_at_end)
         eval_steps, log_steps, every = t.eval_steps or 0, t.log_steps, t.checkpoint_steps
         window = Window.restore(s.window)
@@ -494,8 +642,13 @@ class Trainer:
             if s.order is None:
                 s.order = torch.randperm(len(self.corpus), generator=self.generator)
             while s.next_start < sched.per_epoch * sched.batch_size:
+                tic = time.perf_counter()
                 with record_function("cselab.step"), self.phase("train_steps"):  # the profiler's view of a step
                     self.guarded_step(s.order[s.next_start:s.next_start + sched.batch_size], window, multiple)
+                if not self.stepped:
+                    self.stepped = True
+                    log.info("the first step took %.1f s%s", time.perf_counter() - tic,
+                             " (its compile included)" if self.step_compiled else "")
                 s.next_start += sched.batch_size
                 if progress:
                     progress.update(s.step)
@@ -555,11 +708,12 @@ class Trainer:
 
     def describe(self) -> None:
         t, sched = self.t, self.schedule
-        log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s)", self.spec.id,
+        held = f", {self.plan.reason}" if self.plan.chunk_size or self.plan.micro_batch else ""
+        log.info("training %s: %d sentences, %d of %d steps of %d, methods %s on %s (%s, %s%s%s%s)", self.spec.id,
                  len(self.corpus), sched.last, sched.total, sched.batch_size, " + ".join(self.objective.names),
                  self.dev, self.precision.name, "unpadded" if self.encoder.unpadded and not self.encoder.static_shapes
                  else "padded", f", compiled ({t.compile})" if t.compile else "",
-                 f", {self.world} processes" if self.world > 1 else "")
+                 f", {self.world} processes" if self.world > 1 else "", held)
 
 
 def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | None, out_dir: Path,
@@ -584,15 +738,17 @@ def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | 
     checkpoints, processes, compile; :data:`cselab.settings.training.OPERATIONAL`): read like
     training settings, but not part of the checkpoints' fingerprint, so a changed one resumes.
     """
-    spec = ExperimentSpec.of(spec)
-    settings = training_settings({**spec.training_dict(), **(operational or {})})  # a key left out: its default
+    spec = ExperimentSpec.of(spec, operational)  # typed once: its settings and the operational ones
+    settings = spec.training  # a key the spec leaves out reads as its default
     dev = _device(device)
-    settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size(),
-                                                                            settings.chunk_size))
-    if settings.compile and not settings.pad_to_multiple_of:  # a compiled step: a few batch widths
+    plan = step_plan(spec, settings, dev, D.world_size())
+    settings = dataclasses.replace(settings, compile=compiled.compile_mode(settings.compile, dev, D.world_size()))
+    given = bool(settings.pad_to_multiple_of)
+    if settings.compile and not given:  # a compiled step: one batch width (compile_step), the methods' parts a few
         settings = dataclasses.replace(settings, pad_to_multiple_of=8)
     set_seed(spec.seed)  # the same on every process: the data order is shared
-    run = Trainer(spec.with_training(settings), dev, out_dir, dev_score, on_log)
+    run = Trainer(spec.with_training(settings), dev, out_dir, dev_score, on_log, plan)
+    run.widths_given = given
     with run.phase("set_up"):
         run.set_up(corpus_path, artifacts, token_cache)
         run.optimizer_and_schedule()
@@ -616,6 +772,26 @@ def train(spec: ExperimentSpec | dict, corpus_path: Path, dev_score: DevScore | 
                        sentences_per_s=s.seen / s.train_time if s.train_time else float("nan"), curve=s.curve,
                        resumed_from=resumed_from, tokens_per_s=s.tokens / s.train_time if s.train_time else math.nan,
                        alarms=s.alarms, phases=dict(run.phases))
+
+
+def step_plan(spec: ExperimentSpec, t, dev: torch.device, world: int) -> memory.StepPlan:
+    """How this run's steps hold their batch (``training.chunk_size``, :mod:`cselab.training.memory`):
+    ``auto`` from the model's shape, the batch's tokens and the CUDA device's free memory (on the
+    CPU: whole); the objective is per sentence when every method of it is."""
+    components = [(cls, cls.check_options(c.options)) for c in spec.components() for cls in [method_config(c.method)]]
+    per_sentence = all(cls.per_sentence_problem(options) is None for cls, options in components)
+    model, footprint, free = None, memory.Footprint(), None
+    if t.chunk_size == "auto" and dev.type == "cuda":
+        model = memory.model_of_config(json.loads((Path(resolve_model(spec.model)) / "config.json").read_text()))
+        per_sentence, footprint = memory.objective_memory(components, model.layers)
+        free = torch.cuda.mem_get_info(dev)[0]
+    sentences = -(-t.batch_size // (world * t.accumulation_steps))
+    plan = memory.plan_step(t.chunk_size, per_sentence, model, footprint, sentences, memory.tokens_of(t.max_len),
+                            t.precision, free, what=spec.model, can_chunk=t.keyed_dropout, chunk_tokens=t.chunk_tokens)
+    if free is not None:
+        log.info("training.chunk_size auto: %s (%d sentences a process of up to %d tokens; %.1f GB free)",
+                 plan.reason, sentences, memory.tokens_of(t.max_len), free / 1e9)
+    return plan
 
 
 def _device(device: str | None) -> torch.device:

@@ -105,29 +105,74 @@ class MethodConfig:
         return (key, message) for a violation, or None."""
         return None
 
-    #: training settings the method reads (besides the loop's own): its spec holds them; a
-    #: method that encodes sentences through the encoder's pooled forward reads pooler and unpadded
-    training_keys: ClassVar[tuple[str, ...]] = ("pooler", "unpadded")
+    #: the training settings the method's code reads (``ctx.training.<key>``; the loop's own, such
+    #: as ``lr`` or ``batch_size``, need no declaration): its ``ctx.training`` holds exactly these, and
+    #: its experiments' specs hold them (an operational one, such as ``pad_to_multiple_of``, excepted)
+    training_keys: ClassVar[tuple[str, ...]] = ()
+    #: whether the method runs the encoder's pooled forward (``ctx.encode``): its specs then hold
+    #: the encoder's ``pooler`` and ``unpadded`` (a method that reads the primary's views, or runs
+    #: the backbone's own forward, says False)
+    encodes: ClassVar[bool] = True
 
     @classmethod
     def used_training_keys(cls, options) -> tuple[str, ...]:
-        """:attr:`training_keys`, plus ``batchnorm_stats`` when the method's head has BatchNorm."""
-        return cls.training_keys + (("batchnorm_stats",) if getattr(options, "head", None) == "batchnorm" else ())
+        """:attr:`training_keys`, ``pooler`` and ``unpadded`` when it :attr:`encodes`, and
+        ``batchnorm_stats`` when its head has BatchNorm."""
+        keys = (*cls.training_keys, *(("pooler", "unpadded") if cls.encodes else ()),
+                *(("batchnorm_stats",) if getattr(options, "head", None) == "batchnorm" else ()))
+        return tuple(dict.fromkeys(keys))
 
     @classmethod
     def requires(cls, options) -> dict[str, str]:
         """Upstream artifacts: role -> name of a ``pretraining:`` entry (built per PLM)."""
         return {}
 
+    #: the loss is a sum over sentences (a mean over its units, :meth:`loss_units`): no in-batch
+    #: negatives, no batch statistics; an objective all of whose methods declare it runs a batch
+    #: too large for the device as accumulated micro-batches (cselab/training/memory.py)
+    per_sentence: ClassVar[bool] = False
+
+    @classmethod
+    def per_sentence_problem(cls, options) -> str | None:
+        """Why this method, with these options, is not per sentence (None: it is)."""
+        if not cls.per_sentence:
+            return "its loss is not a sum over sentences (in-batch terms)"
+        if getattr(options, "head", None) == "batchnorm":
+            return "its BatchNorm head normalises over the batch"
+        return None
+
+    @classmethod
+    def footprint(cls, options, layers: int):
+        """What a sentence costs the step's memory (:class:`cselab.training.memory.Footprint`) for an
+        encoder of ``layers`` layers: by default two views through the encoder."""
+        from cselab.training.memory import Footprint
+
+        return Footprint(layers=2 * layers)
+
+    def loss_units(self, batch: dict):
+        """What a per-sentence method's loss terms average over in ``batch`` (a count, a tensor on the
+        batch's device): micro-batches are weighted by their share of it, so that their gradients sum
+        to the whole batch's. Default: the batch's sentences."""
+        return batch["input_ids"].size(0)
+
     @classmethod
     def training_reads(cls) -> frozenset[str]:
-        """The training settings the method's code reads, found without running it: reads of
-        ``ctx.training`` (``ctx.training.<key>``, ``self.ctx.training.<key>``, ``getattr(...,
-        "<key>")``, ``[...]["<key>"]``, and the same through a name bound to it) in the source of
-        each class the method is made of and of the functions of their modules they call. A class
-        whose source cannot be read (one defined interactively) reads none here."""
-        return frozenset().union(*(_reads_of_class(k) for k in cls.__mro__
-                                   if issubclass(k, MethodConfig) and k is not MethodConfig))
+        """The training settings the method's code reads (see :meth:`training_read_sites`)."""
+        return frozenset(cls.training_read_sites())
+
+    @classmethod
+    def training_read_sites(cls) -> dict[str, str]:
+        """The training settings the method's code reads, found without running it, each with
+        where (``file, line N``): reads of ``ctx.training`` (``ctx.training.<key>``,
+        ``self.ctx.training.<key>``, ``getattr(..., "<key>")``, ``[...]["<key>"]``, and the same
+        through a name bound to it) in the source of each class the method is made of and of the
+        functions of their modules they call. A class whose source cannot be read (one defined
+        interactively) reads none here; a read by a computed name is found when a job builds it."""
+        sites: dict[str, str] = {}
+        for k in reversed(cls.__mro__):
+            if issubclass(k, MethodConfig) and k is not MethodConfig:
+                sites.update(_reads_of_class(k))
+        return sites
 
     @classmethod
     def implementation(cls) -> type | None:
@@ -175,21 +220,24 @@ class TorchModule:
 
 
 @functools.cache
-def _reads_of_class(cls: type) -> frozenset[str]:
-    """The training settings the source of ``cls`` (and the functions of its module it calls) reads."""
+def _reads_of_class(cls: type) -> dict[str, str]:
+    """The training settings the source of ``cls`` (and the functions of its module it calls) reads,
+    each with the file and line of its first read."""
     tree = _module_tree(cls.__module__)
     node = _definition(tree, cls.__qualname__) if tree else None
     if node is None:  # no source: a class typed into a prompt
-        return frozenset()
+        return {}
+    where = inspect.getsourcefile(sys.modules[cls.__module__]) or cls.__module__
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    todo, seen, keys = [node], set(), set()
+    todo, seen, keys = [node], set(), {}
     while todo:
         node = todo.pop()
-        keys |= _training_reads(node)
+        for key, line in _training_reads(node).items():
+            keys.setdefault(key, f"{where}, line {line}")
         called = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & functions.keys()
         todo += [functions[name] for name in called - seen]
         seen |= called
-    return frozenset(keys)
+    return keys
 
 
 @functools.cache
@@ -214,20 +262,24 @@ def _definition(tree: ast.AST, qualname: str) -> ast.AST | None:
     return node
 
 
-def _training_reads(tree: ast.AST) -> set[str]:
-    """Keys read of ``ctx.training`` (or of ``<x>.ctx.training``, or of a name bound to either) in ``tree``."""
+def _training_reads(tree: ast.AST) -> dict[str, int]:
+    """Keys read of ``ctx.training`` (or of ``<x>.ctx.training``, or of a name bound to either) in
+    ``tree``, each with the line of its first read."""
     aliases = {ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign)
                and _is_training(node.value, set()) for target in node.targets}
-    keys = set()
+    keys: dict[str, int] = {}
     for node in ast.walk(tree):
+        key = None
         if isinstance(node, ast.Attribute) and _is_training(node.value, aliases):
-            keys.add(node.attr)
+            key = node.attr
         elif isinstance(node, ast.Subscript) and _is_training(node.value, aliases):
-            keys.add(_constant(node.slice))
+            key = _constant(node.slice)
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
               and len(node.args) >= 2 and _is_training(node.args[0], aliases)):
-            keys.add(_constant(node.args[1]))
-    return keys - {None}
+            key = _constant(node.args[1])
+        if key is not None and (key not in keys or node.lineno < keys[key]):
+            keys[key] = node.lineno
+    return keys
 
 
 def _is_training(node: ast.AST, aliases: set[str]) -> bool:

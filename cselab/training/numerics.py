@@ -4,6 +4,7 @@ AdamW with the HF Trainer's linear schedule, as the references trained."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 
@@ -41,12 +42,57 @@ class Precision:
         self.scaler.scale(loss).backward(retain_graph=retain_graph)
 
     def step(self, optimizer: torch.optim.Optimizer, params: list, max_grad_norm: float | None) -> None:
-        """Unscale, clip, step (skipped by the scaler when fp16 gradients overflowed), update."""
+        """Unscale, clip, step (skipped by the scaler when fp16 gradients overflowed), update; the
+        clipping and the step in one compiled function after :meth:`compile_update` (without a scaler)."""
+        if self.update is not None:
+            self.update()
+            return
         if max_grad_norm:
             self.scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         self.scaler.step(optimizer)
         self.scaler.update()
+
+    update = None  # the compiled clipping and optimizer step (compile_update)
+    eager_step = None  # the optimizer's step before compile_update compiled it (with fp16's scaler)
+
+    def compile_update(self, optimizer: torch.optim.Optimizer, params: list, max_grad_norm: float | None) -> None:
+        """``training.compile``: the optimizer's step through ``torch.compile`` (inductor's default
+        mode; its learning rates tensors, which the schedule fills in place, so a new rate compiles
+        nothing), with the gradient clipping in the same function; with fp16's scaler, whose skip
+        of an overflowed step stays outside, the step alone. The numbers are the eager step's, to
+        float rounding."""
+        tensor_rates(optimizer)
+        # the schedule wraps the step to note that it ran, in a file dynamo does not trace: the
+        # step itself is compiled, and noted as run outside (optimizer._opt_called, the wrapper's)
+        step = torch.compile(functools.partial(getattr(optimizer.step, "__wrapped__", type(optimizer).step), optimizer))
+
+        def noted(*args, **kwargs):
+            optimizer._opt_called = True
+            return step(*args, **kwargs)
+
+        if self.scaler.is_enabled():
+            self.eager_step, optimizer.step = optimizer.step, noted
+            return
+
+        def update() -> None:
+            if max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            type(optimizer).step(optimizer)
+
+        compiled_update = torch.compile(update)
+
+        def noted_update() -> None:
+            optimizer._opt_called = True
+            compiled_update()
+
+        self.update = noted_update
+
+    def uncompile_update(self, optimizer: torch.optim.Optimizer) -> None:
+        """Back to the eager clipping and step (after compiling failed twice)."""
+        self.update = None
+        if self.eager_step is not None:
+            optimizer.step, self.eager_step = self.eager_step, None
 
 
 def make_optimizer(encoder: nn.Module, objective: nn.Module, t: Training, dev: torch.device) -> torch.optim.AdamW:
@@ -64,6 +110,18 @@ def make_optimizer(encoder: nn.Module, objective: nn.Module, t: Training, dev: t
                   for ps, wd in (([p for p in g["params"] if id(p) not in exempt], decay),
                                  ([p for p in g["params"] if id(p) in exempt], 0.0)) if ps]
     return torch.optim.AdamW(groups, lr=t.lr, weight_decay=decay, fused=True if dev.type == "cuda" else None)
+
+
+def tensor_rates(optimizer: torch.optim.Optimizer) -> None:
+    """Each parameter group's learning rate as a one-element tensor on its parameters' device (what
+    a compiled optimizer step reads without recompiling when the schedule changes it); on CUDA the
+    fused step captures its own step counts (``capturable``)."""
+    for group in optimizer.param_groups:
+        device = group["params"][0].device
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=device)
+        if device.type == "cuda" and group.get("fused"):
+            group["capturable"] = True
 
 
 def warmup_steps(t: Training, total: int) -> int:

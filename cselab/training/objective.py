@@ -149,6 +149,10 @@ class Objective(nn.Module):
             batch = m.prepare(batch)
         return batch
 
+    def loss_units(self, batch: dict):
+        """What a per-sentence objective's loss averages over in ``batch`` (its primary's ``loss_units``)."""
+        return self.primary.loss_units(batch)
+
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
         """Return ``(total, {term: value, ..., "total": total}, scalars)``."""
         shared: dict[str, Any] = {}
@@ -173,12 +177,14 @@ def build_objective(spec: ExperimentSpec | dict, encoder: nn.Module, artifacts: 
     or the dict of :func:`cselab.pipeline.config.experiment_spec`)."""
     spec = ExperimentSpec.of(spec)
     components = []
-    runner = Runner(spec.training.chunk_size, keyed=spec.training.keyed_dropout)
+    chunk = spec.training.chunk_size  # auto: decided by the loop for the device (cselab/training/memory.py)
+    runner = Runner(chunk if isinstance(chunk, int) else None, keyed=spec.training.keyed_dropout,
+                    chunk_tokens=spec.training.chunk_tokens)
     for entry in spec.components():
         cls = method_class(entry.method)
         options = cls.check_options(entry.options)
         own = {role: Path(path) for role, path in (artifacts or {}).items() if role in cls.requires(options)}
-        settings = MethodSettings(spec.training, cls.name, given=spec.training_keys)
+        settings = MethodSettings.declared(spec, cls, options)
         ctx = Context(encoder=encoder, options=options, training=settings, artifacts=own, model_dir=model_dir,
                       runner=runner)
         components.append((entry.method, entry.weight, cls(ctx)))

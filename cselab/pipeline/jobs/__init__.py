@@ -47,7 +47,7 @@ def encoder_settings(smk) -> dict:
     return {**smk.params.settings, **operations(smk).encoding}
 
 
-#: when the job's process started (a job the warm host runs: its client's start, not the fork's)
+#: when the job's process started
 PROCESS_START: list[float | None] = [None]
 
 
@@ -89,8 +89,8 @@ def set_threads(threads: int) -> None:
 
 
 def _own_usage() -> str:
-    """The job's CPU seconds and peak memory, its own and its child processes' (a job the warm host
-    runs: what Snakemake's benchmark file cannot see)."""
+    """The job's CPU seconds and peak memory, its own and its child processes' (a multi-process
+    training's workers)."""
     import resource
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -129,27 +129,12 @@ def log_file_handler(path: str | Path) -> logging.Handler:
 
 
 def main(smk, job: Callable) -> None:
-    """Run ``job(smk)`` for a Snakemake ``script:``: as a fork of the invocation's warm job host
-    where it has one (:mod:`cselab.pipeline.jobhost`), else in this process."""
+    """Run ``job(smk)`` for a Snakemake ``script:``, in the rule job's own process: log to the
+    rule's log file, clear user errors; the last line of the log says how long the job took,
+    whether it imported torch, and the process's CPU seconds and peak memory (what Snakemake's
+    benchmark file records too)."""
     # MLflow's check for a Databricks job imports IPython where it is installed (0.5 s a run)
     os.environ.setdefault("MLFLOW_ENABLE_SGC_RUN_RESUMPTION_FOR_DATABRICKS_JOBS", "false")
-    from cselab.pipeline import jobhost
-
-    status = jobhost.run_in_host(smk, job, run_here)
-    if status is not None:
-        jobhost.exit_like(status)
-    run_here(smk, job)
-
-
-def run_here(smk, job: Callable, process_started: float | None = None) -> None:
-    """Run ``job(smk)`` in this process: log to the rule's log file, clear user errors; the last
-    line of the log says how long the job's process took, whether it imported torch and whether it
-    ran as a fork of the warm job host (``process_started``: when the job's own process, the
-    host's client, started)."""
-    from cselab.pipeline.jobhost import describe
-
-    if process_started is not None:
-        PROCESS_START[0] = process_started
     started = time.perf_counter()
     _CLOCK["start"] = process_seconds()  # interpreter, Snakemake's script preamble, the imports above
     handlers: list[logging.Handler] = [console_handler(smk)]
@@ -174,8 +159,8 @@ def run_here(smk, job: Callable, process_started: float | None = None) -> None:
         # jobs an invocation killed outright left (cselab.pipeline.recovery)
         with named_storage_errors(), recovery.job_record(smk, recovery.STATE_DIR):
             job(smk)
-        log.info("rule %s done in %.1f s (this process; %s%s)", smk.rule, time.perf_counter() - started,
-                 describe(), _own_usage())
+        log.info("rule %s done in %.1f s (torch %s%s)", smk.rule, time.perf_counter() - started,
+                 "imported" if "torch" in sys.modules else "not imported", _own_usage())
     except CselabError as e:
         log.error("%s", e)  # the console's one line for the failure quotes it from the log
         sys.exit(1)

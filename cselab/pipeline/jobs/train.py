@@ -16,17 +16,16 @@ from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.data.integrity import verify_senteval_inputs
 from cselab.pipeline.jobs import operations, run, time_breakdown
-from cselab.settings import training_settings
 from cselab.settings.spec import ExperimentSpec
 
 
 
-def owner(out_dir: Path, smk, name: str, ops: dict):
+def owner(out_dir: Path, smk, spec: ExperimentSpec):
     """The experiment folder's lock for the job's whole life (:mod:`cselab.pipeline.locks`)."""
     from cselab.pipeline.locks import experiment_owner
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    return experiment_owner(out_dir, f"rule {smk.rule} for {name}", wait_s=training_settings(ops).owner_wait_s)
+    return experiment_owner(out_dir, f"rule {smk.rule} for {spec.id}", wait_s=spec.training.owner_wait_s)
 
 
 def _artifacts(smk) -> dict[str, Path]:
@@ -43,7 +42,7 @@ def _job_run(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, **run_kwargs):
     # reopen the interrupted run only when the loop will resume a sound checkpoint (not start over inside it)
     resumable = previous is not None and Checkpoints(
         out_dir / "resume", fingerprint(spec.to_dict(), Path(smk.input.corpus), _artifacts(smk))).peek() is not None
-    params = {**spec.to_dict(), "operational": ops, **world_params(ops)}
+    params = {**spec.to_dict(), "operational": ops, "world_size": spec.training.devices * spec.training.nodes}
     tracking.limit_http_retries()
     with run(smk, experiment_id=spec.id, params=params, resume=previous if resumable else None,
              buffer=out_dir / tracking.BUFFER_NAME, **run_kwargs) as r:
@@ -54,7 +53,7 @@ def _job_run(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, **run_kwargs):
     tracking.forget_run(out_dir)
 
 
-def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
+def _loop(smk, spec: ExperimentSpec, out_dir: Path, dev_score, r):
     """The training loop on ``training.devices`` processes per node of ``training.nodes`` (one:
     in this process); rank 0 reports every curve row to this job's MLflow run."""
     from cselab.pipeline.tracking import RunMetrics
@@ -63,10 +62,10 @@ def _loop(smk, spec: ExperimentSpec, ops: dict, out_dir: Path, dev_score, r):
 
     _check_corpus(Path(smk.input.corpus))
     compiled.share_cache(Path(outputs.COMPILE_CACHE))
-    kwargs = {"spec": spec, "operational": ops, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
+    kwargs = {"spec": spec, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
               "artifacts": _artifacts(smk), "token_cache": Path(outputs.TOKEN_CACHE)}
-    world = training_settings(ops)
+    world = spec.training
     devices, nodes = world.devices, world.nodes
     if devices * nodes == 1:
         return train_job(kwargs)
@@ -113,11 +112,6 @@ def _stsb_dev(senteval: Path):
     return stsb_dev(senteval)
 
 
-def world_params(ops: dict) -> dict:
-    world = training_settings(ops)
-    return {"world_size": world.devices * world.nodes}
-
-
 def _summary(result, r, scored: bool) -> dict:
     """The run's summary metrics and JSON; a job that scored no STS-B dev (a pretraining stage, or
     no evaluation step) reports no score (never NaN, which is not JSON)."""
@@ -155,14 +149,15 @@ def last_diagnostics(curve: list[dict]) -> dict:
 
 
 def train(smk) -> None:
-    spec = ExperimentSpec.from_dict(smk.params.spec)
-    # operational settings (checkpoint_steps, devices...) are read here, not from params: changing them must not retrain
-    ops = operations(smk, spec).training
+    # operational settings (checkpoint_steps, devices...) come from the config, not from params:
+    # changing them must not retrain; the spec is typed once, with them
+    ops = operations(smk, exp_id=smk.params.spec["id"]).training
+    spec = ExperimentSpec.from_dict(smk.params.spec, operational=ops)
     out_dir = Path(smk.output.summary).parent
     dev_score = partial(stsb_dev_score, senteval=verify_senteval_inputs(smk.input),
-                        batch_size=training_settings(ops).dev_batch_size)
-    with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir) as r:
-        result = _loop(smk, spec, ops, out_dir, dev_score, r)
+                        batch_size=spec.training.dev_batch_size)
+    with owner(out_dir, smk, spec), _job_run(smk, spec, ops, out_dir) as r:
+        result = _loop(smk, spec, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec.id, **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
         r.log_artifact(smk.output.curve)
@@ -172,11 +167,11 @@ def train(smk) -> None:
 def pretrain(smk) -> None:
     """A pretraining stage: the loop without dev scoring; the stage's method exports its final
     state to ``model/`` beside a ``manifest.json`` (the spec), which later jobs fingerprint."""
-    spec = ExperimentSpec.from_dict(smk.params.spec)
-    ops = operations(smk, spec, stage=True).training
+    ops = operations(smk, stage=smk.params.spec["name"]).training
+    spec = ExperimentSpec.from_dict(smk.params.spec, operational=ops)
     out_dir = Path(smk.output.model).parent
-    with owner(out_dir, smk, spec.id, ops), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
-        result = _loop(smk, spec, ops, out_dir, None, r)
+    with owner(out_dir, smk, spec), _job_run(smk, spec, ops, out_dir, label=spec.id) as r:
+        result = _loop(smk, spec, out_dir, None, r)
         write_json(Path(smk.output.model) / "manifest.json",
                    {"stage": spec.name, "spec": spec.to_dict(), "steps": result.steps})
         write_json(smk.output.summary, {"stage": spec.id, **_summary(result, r, scored=False)})

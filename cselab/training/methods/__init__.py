@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from cselab.errors import ConfigError
 from cselab.settings import TrainingSettings, training_settings
 from cselab.settings.spec import Component, ExperimentSpec
-from cselab.settings.training import OPERATIONAL
 from cselab.training.method_config import (  # noqa: F401 (the names a method module uses)
     POSITIVE, RATIO, MethodConfig, TorchModule, declared, declared_names, option)
 
@@ -112,14 +111,15 @@ class Context:
 
     encoder: nn.Module                 # the sentence encoder the loop trains (backbone + pooler)
     options: Any                       # the method's validated ``Options``
-    training: MethodSettings           # the experiment's training settings, typed (a dict given is typed)
+    training: MethodSettings           # the training settings the method declared, typed (a dict given: all, typed)
     artifacts: dict[str, Path] = field(default_factory=dict)  # declared upstream artifacts
     model_dir: Path | None = None      # the PLM's local folder (for a second copy of it)
     runner: Runner | None = None       # the step's network runs (keyed dropout, chunks); None: a plain one
 
     def __post_init__(self):
-        if isinstance(self.training, dict):  # a test's or a script's plain settings
-            self.training = MethodSettings(self.training)
+        if isinstance(self.training, dict):  # a test's or a script's plain settings: every field, defaults filled in
+            typed = training_settings(self.training)
+            self.training = MethodSettings({f.name: getattr(typed, f.name) for f in fields(typed)})
         if self.runner is None:
             from cselab.training.chunks import Runner
 
@@ -158,26 +158,38 @@ class Output:
 
 
 class MethodSettings:
-    """The training settings a method reads, typed (``ctx.training.temperature``). A job's spec
-    holds the settings its methods declare (``training_keys``) and no operational ones: one a method
-    reads but did not declare is one message naming it, not a silent default (the config check
-    refuses the reads it finds in the method's code first: ``MethodConfig.training_reads``); an
-    operational setting (speed, memory) reads as its value, or its default when the spec leaves it out."""
+    """The training settings a method declared (its ``training_keys``), and only those, typed
+    (``ctx.training.temperature``): a read of another is one message naming the method and the
+    setting, never a default. The config check refuses such a read first where it finds it in the
+    method's code (``MethodConfig.training_reads``); a read by a computed name ends here, when the
+    job builds the method. A test's or a script's plain dict holds its own keys (see :class:`Context`)."""
 
-    def __init__(self, settings: dict | TrainingSettings, method: str | None = None, given: tuple[str, ...] = ()):
-        """``settings``: a spec's training dict, or typed with the keys the spec states (``given``)."""
-        typed = isinstance(settings, TrainingSettings)
-        self._given, self._method = frozenset(given if typed else settings), method
-        self._typed = settings if typed else training_settings(dict(settings))
+    def __init__(self, values: dict, method: str | None = None):
+        self._values, self._method = dict(values), method
+
+    @classmethod
+    def declared(cls, spec: ExperimentSpec, method: type[MethodConfig], options) -> MethodSettings:
+        """The settings of ``spec.training`` that ``method`` declares (at these ``options``); a spec
+        that does not state one of them (its operational ones aside) was not made for this method."""
+        from cselab.settings.training import OPERATIONAL
+
+        keys = method.used_training_keys(options)
+        missing = [k for k in keys if k not in OPERATIONAL and not spec.holds(k)]
+        if missing:
+            raise ConfigError(f"method {method.name!r} reads the training setting {missing[0]!r}, which the spec of "
+                              f"{spec.id or spec.name or spec.objective!r} does not state: its spec holds the "
+                              "settings its methods declare (training_keys)")
+        return cls({k: getattr(spec.training, k) for k in keys}, method.name)
 
     def __getattr__(self, key: str):
         if key.startswith("_"):
             raise AttributeError(key)
-        if self._method is not None and key not in self._given and key not in OPERATIONAL:
-            raise ConfigError(f"method {self._method!r} reads the training setting {key!r}, which it does not "
-                              "declare: add it to its training_keys (a job's spec holds the settings its methods "
-                              "declare)")
-        return getattr(self._typed, key)
+        if key not in self._values:
+            who = f"method {self._method!r}" if self._method else "this method"
+            raise ConfigError(f"{who} reads the training setting {key!r}, which it does not declare: add it to "
+                              f"its training_keys (it receives the settings it declares: "
+                              f"{', '.join(self._values) or 'none'})")
+        return self._values[key]
 
 
 # -- views the methods share ----------------------------------------------------------------------

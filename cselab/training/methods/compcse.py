@@ -141,7 +141,13 @@ class CompCSE(MethodConfig):
     """
 
     name = "compcse"
-    training_keys = ("temperature", "pooler", "unpadded")
+    training_keys = ("temperature", "pad_to_multiple_of")
+
+    @classmethod
+    def footprint(cls, options, layers):
+        from cselab.training.memory import Footprint
+
+        return Footprint(layers=3 * layers)  # the sentence and its parts (once or twice), each a network run
 
     @dataclasses.dataclass
     class Options:

@@ -166,7 +166,16 @@ class Conditioned(MethodConfig):
     is :attr:`discriminator`; :meth:`encode` runs it conditioned on ``h``."""
 
     roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
+    encodes = False  # reads the primary's views
+    #: vocabulary-wide logits a view's token (an MLM head's: the conditional MLM, the corrective LM)
+    vocab_heads = 0
+
+    @classmethod
+    def footprint(cls, options, layers):
+        from cselab.training.memory import Footprint
+
+        views = options.views  # the discriminator (a trained copy of the PLM) over each view
+        return Footprint(layers=views * layers, vocab=views * cls.vocab_heads, parameters=1.0)
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -277,6 +286,7 @@ class ConditionalMLM(Conditioned):
     variant's), ``views``."""
 
     name = "cmlm"
+    vocab_heads = 1
 
     @dataclasses.dataclass
     class Options:
@@ -313,6 +323,7 @@ class CorrectiveLM(Editing):
     paper states no mask ratio or lambda for the variant)."""
 
     name = "corrective_lm"
+    vocab_heads = 1
 
     @classmethod
     def validate_options(cls, o):

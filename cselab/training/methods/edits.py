@@ -30,7 +30,13 @@ class SimCSEEdits(MethodConfig):
     """
 
     name = "simcse_edits"
-    training_keys = ("temperature", "pooler", "unpadded")
+    training_keys = ("temperature",)
+
+    @classmethod
+    def footprint(cls, options, layers):
+        from cselab.training.memory import Footprint
+
+        return Footprint(layers=3 * layers)  # two dropout views and the edit
 
     @dataclasses.dataclass
     class Options:

@@ -91,7 +91,20 @@ class InfoCSEPretrain(MethodConfig):
 
     name = "infocse_pretrain"
     aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
-    training_keys = ()  # the backbone's own forward only
+    encodes = False  # the backbone's own forward only
+    per_sentence = True  # two MLM losses, each a mean over the batch's masked tokens: no in-batch term
+
+    @classmethod
+    def footprint(cls, options, layers):
+        from cselab.training.memory import Footprint
+
+        extra = options.extra_layers
+        return Footprint(layers=layers + extra, vocab=2, parameters=extra / layers)  # one masked view, two MLM heads
+
+    def loss_units(self, batch):
+        from cselab.training import mlm
+
+        return (batch["mlm_labels"] != mlm.IGNORE).sum()  # both terms average over the masked tokens
 
     @dataclasses.dataclass
     class Options:
@@ -178,7 +191,15 @@ class InfoCSEMLM(MethodConfig):
     name = "infocse_mlm"
     aliases = {"mask_rate": "mask_ratio"}  # the name before DiffCSE's and InfoCSE's were one
     roles = ("auxiliary",)
-    training_keys = ()  # reads the primary's views
+    encodes = False  # reads the primary's views
+
+    @classmethod
+    def footprint(cls, options, layers):
+        from cselab.training.memory import Footprint
+
+        lower = options.lower_layers or layers // 2
+        trained = options.extra_layers + (0 if options.detach else lower)  # the frozen copy keeps no graph
+        return Footprint(layers=options.views * trained, vocab=options.views, parameters=trained / layers)
 
     @dataclasses.dataclass
     class Options:

@@ -46,7 +46,7 @@ class Paradigm(MethodConfig):
     """
 
     name = "paradigm"
-    training_keys = ("temperature", "pooler", "unpadded")
+    training_keys = ("temperature",)
 
     @dataclasses.dataclass
     class Options:

@@ -19,7 +19,7 @@ class SimCSE(MethodConfig):
     """
 
     name = "simcse"
-    training_keys = ("temperature", "pooler", "unpadded")
+    training_keys = ("temperature",)
 
     @dataclasses.dataclass
     class Options:
