@@ -531,8 +531,8 @@ class Trainer:
         log.info("step %d: STS-B dev Spearman %.2f", s.step, score)
         limits = to_plain(self.t.collapse)  # operational: never in a job's spec, read as the job's setting
         alarm = diagnostics.collapse_alarm(metrics, limits) if s.step > 0 else None
-        if alarm:
-            log.warning("collapse alarm at step %d: %s (training.collapse)", s.step, alarm)
+        if alarm:  # one warning a run; each alarm is in its log, curve, MLflow metric and table notes
+            (log.info if s.alarms else log.warning)("collapse alarm at step %d: %s (training.collapse)", s.step, alarm)
             s.alarms.append({"step": s.step, "reason": alarm})
             metrics["collapse_alarm"] = 1.0
         self.record({"step": s.step, "epoch": s.epoch, **metrics})
