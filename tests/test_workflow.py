@@ -5,6 +5,7 @@ evaluation, Table 1) in a temporary working directory, then checks the table, th
 re-run behaviour and the linter.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -131,6 +132,9 @@ def test_the_console_is_one_line_per_job_start_and_end(workflow_run):
     assert f"{jobs} of {jobs} jobs)" in dones[-1]
     assert "built: results/table" in lines[-3]
     assert lines[-2] == "compare the runs: mlflow ui --backend-store-uri sqlite:///results/mlflow.db"
+    # the invocation (run with --directory, which Snakemake leaves before it exits) recorded its end:
+    # the next one in the folder does not take it for a dead one (cselab.pipeline.recovery)
+    assert "ended" in json.loads((workdir / ".snakemake" / "cselab" / "invocation.json").read_text())
     assert not any(x.startswith(("rule ", "    input:", "    output:", "Select jobs")) for x in lines)
     trainings = sum("] start  train " in x for x in lines)
     # the trainings' warnings, one line each: a tiny random BERT's embeddings collapse (one alarm a

@@ -133,5 +133,5 @@ def hold_invocation(state_dir: str | Path, command: str | None = None, invocatio
 
     from cselab.pipeline.recovery import mark_ended
 
-    atexit.register(mark_ended, state_dir / INVOCATION_INFO)
+    atexit.register(mark_ended, (state_dir / INVOCATION_INFO).resolve())  # Snakemake's --directory is left by then
     return previous
