@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Line coverage of cselab/ by the whole test suite at one commit, every process followed: pytest's
-# workers, Snakemake invocations and their forks, rule scripts, the job host and its job forks,
+# workers, Snakemake invocations, rule scripts (each job its own process),
 # torchrun workers, SLURM jobs (coverage.py's [run] patch = subprocess, fork, _exit, execv).
 #
 #   bash benchmarks_scripts/suite_coverage.sh <commit> <checkout>
