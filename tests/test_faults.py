@@ -667,7 +667,8 @@ def no_traceback(text: str, message: str) -> bool:
 
 
 def msrpar(root: Path) -> tuple[Path, Path]:
-    folder = Path(json.loads((root / "resources" / "senteval" / "manifest.json").read_text())["root"]) / "STS"
+    # the manifest names a tree inside the project relative to it (cselab.io.as_recorded)
+    folder = root / json.loads((root / "resources" / "senteval" / "manifest.json").read_text())["root"] / "STS"
     return (folder / "STS12-en-test" / "STS.input.MSRpar.txt", folder / "STS12-en-test" / "STS.gs.MSRpar.txt")
 
 
@@ -690,7 +691,8 @@ def test_changed_senteval_file_is_caught_before_it_is_read(reference, tmp_path, 
         os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     proc = run_smk(project, "--forcerun", "evaluate_sts", "--", "results/table1.csv")
     text = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and f"{inp} changed after rule senteval_reads prepared it" in text, text[-3000:]
+    named = inp.relative_to(project)  # a file inside the project is named relative to it
+    assert proc.returncode != 0 and f"{named} changed after rule senteval_reads prepared it" in text, text[-3000:]
     assert "--forcerun resources/senteval/reads/sts.json" in text and no_traceback(text, "changed after rule"), \
         text[-3000:]
     line = next(x for x in text.splitlines() if "changed after rule senteval_reads" in x)

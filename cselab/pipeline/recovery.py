@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -274,6 +275,9 @@ def retire_runs(dead: Dead, cfg: dict, successor: str) -> int:
     invocation = dead.record.get("invocation")
     if not invocation:
         return 0
+    store_log = logging.getLogger("mlflow.store.db.utils")  # it logs a store error's traceback, then raises it
+    level = store_log.level
+    store_log.setLevel(logging.CRITICAL)
     try:
         client = MlflowClient(resolve_tracking_uri(cfg))
         exp = client.get_experiment_by_name(cfg["mlflow"]["experiment_name"])
@@ -292,8 +296,11 @@ def retire_runs(dead: Dead, cfg: dict, successor: str) -> int:
         client.set_terminated(own.info.run_id, status="KILLED")
         return ended
     except Exception as e:  # noqa: BLE001 (MLflow's and the store's own errors alike)
-        print(f"cselab: the dead invocation's MLflow runs were not marked KILLED ({e})", file=sys.stderr)
+        print(f"cselab: the dead invocation's MLflow runs were not marked KILLED ({str(e).splitlines()[0]})",
+              file=sys.stderr)
         return 0
+    finally:
+        store_log.setLevel(level)
 
 
 def recover(previous: dict | None, state_dir: str | Path, cfg: dict, executing: bool, successor: str) -> Dead | None:
