@@ -28,7 +28,7 @@ from cselab.errors import ConfigError, CselabError
 from cselab.evaluation.kinds import EvaluationKind, kind_of_rule
 from cselab.pipeline import outputs
 from cselab.pipeline.config import UNTRAINED, parse_id
-from cselab.pipeline.experiments import experiment_spec, pretraining_spec, training_file
+from cselab.pipeline.experiments import experiment_spec, merged_training, pretraining_spec, training_file
 from cselab.reporting import cost as rc
 from cselab.settings import Config, Training, to_plain, training_settings, typed_config
 from cselab.settings.sections import CostPlan
@@ -160,14 +160,6 @@ class Run:
     methods: tuple = ()  # (declaration, checked options) of each method: how the job holds its batch
 
 
-def merged_training(base: Training, *overrides: dict) -> Training:
-    """``base`` with the partial ``overrides`` (plms / methods / experiments / pretraining) over it, in order."""
-    merged = to_plain(base)
-    for override in overrides:
-        merged.update(override)
-    return training_settings(merged)
-
-
 def run_of(plm: str, shape: rc.ModelShape, training: Training, components: list[str], auxiliaries: list[str],
            spec: dict | None = None) -> Run:
     """A :class:`Run`, its training file from its settings (:func:`cselab.pipeline.experiments.training_file`),
@@ -228,11 +220,10 @@ class Sizes:
     def experiment(self, exp_id: str) -> Run:
         """An experiment's PLM, model shape, objective and auxiliaries and merged training settings
         (the merge order of :func:`cselab.pipeline.config.experiment_spec`, without the method registry)."""
-        settings = self.settings
-        exp = settings.experiments[parse_id(self.cfg, exp_id)[0]]
-        method = settings.methods.get(exp.method)  # none: untrained
-        training = merged_training(settings.training, settings.plms[exp.plm].training,
-                                   method.training if method else {}, exp.training)
+        name = parse_id(self.cfg, exp_id)[0]
+        exp = self.settings.experiments[name]
+        method = self.settings.methods.get(exp.method)  # none: untrained
+        training = training_settings(merged_training(self.cfg, name))  # the one merge the jobs use
         auxiliaries = {k for k, v in (method.auxiliaries if method else {}).items() if v is not None}
         for aux, override in exp.auxiliaries.items():  # null drops one the method lists
             if override is None:
@@ -244,9 +235,8 @@ class Sizes:
 
     def stage(self, stage: str, plm: str) -> Run:
         """A pretraining stage on one PLM, like :meth:`experiment`."""
-        entry = self.settings.pretraining[stage]
-        training = merged_training(self.settings.training, entry.training)
-        return run_of(plm, self.shape(plm), training, [entry.method], [], pretraining_spec(self.cfg, stage, plm))
+        training = training_settings(merged_training(self.cfg, stage=stage))
+        return run_of(plm, self.shape(plm), training, [self.settings.pretraining[stage].method], [], pretraining_spec(self.cfg, stage, plm))
 
     def token_cache_mb(self, corpus: str, model: str) -> float:
         """The tokenised corpus's cache, counted for the first job that reads it."""
