@@ -81,7 +81,6 @@ def test_paradigm_rows_match_experiments_by_loss_and_terms():
 
 def _paper_config():
     from cselab.pipeline import config as cc
-    from cselab.pipeline import targets as ct
 
     return cc.validate(read_yaml(Path(__file__).resolve().parents[1] / "config.yaml"))
 

@@ -44,7 +44,6 @@ def test_an_invocation_that_ended_says_so_and_one_killed_does_not(tmp_path):
 
 
 def test_a_dead_invocations_state_is_cleared_keeping_what_is_complete(tmp_path, monkeypatch, capsys):
-    from cselab.evaluation.records import record_result
     from cselab.models.checkpoints import record_model_files
 
     monkeypatch.chdir(tmp_path)

@@ -16,7 +16,6 @@ import copy
 import json
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 

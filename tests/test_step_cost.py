@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import sys
-from pathlib import Path
 
 import pytest
 import torch

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from cselab.data.beir import BeirData, beir_subsets, corpus_chunks, load_beir, stsb_retrieval_dataset
+from cselab.data.beir import BeirData, beir_subsets, corpus_chunks, load_beir
 from cselab.data.beir import doc_text  # noqa: F401  (BEIR's document text, where evaluators look for it)
 from cselab.errors import DataError
 

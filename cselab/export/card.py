@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 

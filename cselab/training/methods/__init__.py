@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from cselab.errors import ConfigError
-from cselab.settings import TrainingSettings, training_settings
+from cselab.settings import training_settings
 from cselab.settings.spec import Component, ExperimentSpec
 from cselab.training.method_config import (  # noqa: F401 (the names a method module uses)
     POSITIVE, RATIO, MethodConfig, TorchModule, declared, declared_names, option)
