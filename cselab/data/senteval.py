@@ -8,22 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from cselab.data import tasks as loaders
 from cselab.data.download import extract_once, local_or_download, safe_extract
+# the task names live with their readers (cselab.data.tasks); here too for the modules that name them
+from cselab.data.tasks import STS_SUBSETS, STS_TASKS, TRANSFER_TASKS  # noqa: F401
 from cselab.errors import DataError
 from cselab.io import as_recorded, write_json
 
-#: STS task names, in the order papers print their STS table.
-STS_TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
-#: SentEval's subsets per STS year (STS13 has no SMT input: licence).
-STS_SUBSETS = {
-    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
-    "STS13": ["FNWN", "headlines", "OnWN"],
-    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
-    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
-    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
-}
-#: Transfer tasks, in the order the papers print their transfer table.
-TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
 KNOWN_TASKS = STS_TASKS + TRANSFER_TASKS
 
 
@@ -377,8 +368,6 @@ def check_readable(root: Path, task: str, split: str | None = None) -> None:
     """Read ``task`` (one ``split`` of STS-B or SICK) as its evaluation will (:mod:`cselab.data.tasks`):
     a line the evaluation would refuse (a score that is no finite number, a label that is not the
     task's) is refused now, at preparation, naming the file and the line."""
-    from cselab.data import tasks as loaders
-
     if task == "STSBenchmark":
         for one in [split] if split else loaders.STSB_SPLITS:
             loaders.load_stsb(root, one)

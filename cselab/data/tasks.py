@@ -18,8 +18,20 @@ from typing import Iterable
 
 import numpy as np
 
-from cselab.data.senteval import STS_SUBSETS, STS_TASKS, TRANSFER_TASKS
 from cselab.errors import ConfigError, DataError
+
+#: STS task names, in the order papers print their STS table.
+STS_TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+#: SentEval's subsets per STS year (STS13 has no SMT input: licence).
+STS_SUBSETS = {
+    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
+    "STS13": ["FNWN", "headlines", "OnWN"],
+    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
+#: Transfer tasks, in the order the papers print their transfer table.
+TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
 
 _FIX = ("re-run the SentEval download rule, or point the config at a complete SentEval "
         "`downstream/` directory (with STS/, SICK/, MR/, CR/, SUBJ/, MPQA/, SST/binary/, TREC/ and MRPC/)")

@@ -90,14 +90,10 @@ def asks_for_gpus(args: list[str]) -> bool:
     neither asks for nor shows one."""
     import glob
 
+    from cselab.pipeline.recovery import cluster
+
     planned = os.environ.get(GPUS_ENV) == "1"  # the cost plan's dry run prices GPU nodes
     return cluster(args) or planned or bool(glob.glob("/dev/nvidia[0-9]*"))
-
-
-def cluster(args) -> bool:
-    """The command hands its jobs to an executor or a profile (a cluster's: each job its own batch job)."""
-    return (any(a.split("=")[0] in ("--executor", "-e", "--profile", "--workflow-profile") for a in args)
-            or bool(os.environ.get("SNAKEMAKE_PROFILE")))
 
 
 def config_sources(configfiles: list[str], given: list[str], overrides: dict) -> list[tuple[str, dict]]:
@@ -279,7 +275,7 @@ def checked_results(files, run: Invocation, rebuild: Callable[[str], None]):
         return files
     for path in (files.values() if isinstance(files, dict) else files):
         for one in ([path] if isinstance(path, str) else path):
-            if one in _CHECKED or not is_result_file(one):
+            if one in _CHECKED or not outputs.is_result_file(one):
                 continue
             _CHECKED[one] = problem = result_problem(one)
             if problem:
@@ -288,11 +284,3 @@ def checked_results(files, run: Invocation, rebuild: Callable[[str], None]):
                 print(f"cselab: the result {one} is damaged ({problem}); {rule} builds it again "
                       f"{'in this run' if run.executing else 'in a real run'}, before what reads it", file=sys.stderr)
     return files
-
-
-def is_result_file(path: str) -> bool:
-    """Whether ``path`` is an evaluation's result file (:data:`cselab.pipeline.outputs.RESULT`)."""
-    import re
-
-    return any(re.fullmatch(re.sub(r"\\\{(\w+)\\\}", "[^/]+", re.escape(pattern)), str(path))
-               for pattern in outputs.RESULT.values())

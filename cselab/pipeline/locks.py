@@ -114,7 +114,7 @@ def hold_invocation(state_dir: str | Path, command: str | None = None, invocatio
     """Hold the project's invocation lock (``state_dir``, e.g. ``.snakemake/cselab``) until this
     process exits; a live holder raises :class:`LockError` naming it. Returns the record of the
     invocation that held it last (read before this one's replaces it; None the second time), which
-    says whether it ended (:func:`cselab.pipeline.recovery.mark_ended`, registered at exit)."""
+    says whether it ended (:func:`mark_ended`, registered at exit)."""
     global _INVOCATION
     if _INVOCATION is not None:
         return None
@@ -131,7 +131,19 @@ def hold_invocation(state_dir: str | Path, command: str | None = None, invocatio
     _INVOCATION = fh
     import atexit
 
-    from cselab.pipeline.recovery import mark_ended
-
     atexit.register(mark_ended, (state_dir / INVOCATION_INFO).resolve())  # Snakemake's --directory is left by then
     return previous
+
+
+def mark_ended(info: Path) -> None:
+    """Say in the invocation's record that it ended (any exit but a kill): its successor then
+    knows it did not die."""
+    try:
+        record = json.loads(info.read_text())
+        if record.get("pid") == os.getpid():
+            record["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            tmp = info.with_name(f".{info.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(record) + "\n")
+            os.replace(tmp, info)
+    except (OSError, ValueError):
+        pass

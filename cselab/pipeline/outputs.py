@@ -118,3 +118,11 @@ def path(pattern: str, **wildcards) -> str:
 # The corpus split for held-out statistics (rule split_corpus): {fraction} held out
 CORPUS_TRAIN_SPLIT = "resources/corpus/split/train-{fraction}.txt"
 CORPUS_HELDOUT_SPLIT = "resources/corpus/split/heldout-{fraction}.txt"
+
+
+def is_result_file(path: str) -> bool:
+    """Whether ``path`` is an evaluation's result file (:data:`RESULT`)."""
+    import re
+
+    return any(re.fullmatch(re.sub(r"\\\{(\w+)\\\}", "[^/]+", re.escape(pattern)), str(path))
+               for pattern in RESULT.values())

@@ -2,7 +2,7 @@
 the next one in its folder, which finishes what the dead one left before it plans:
 
 - the dead one is its folder's last invocation (``.snakemake/cselab/invocation.json``, pid and
-  command) that never said it ended (:func:`mark_ended`, at a normal exit of any kind);
+  command) that never said it ended (:func:`cselab.pipeline.locks.mark_ended`, at a normal exit of any kind);
 - every job records itself while it runs (:func:`job_record`: ``.snakemake/cselab/jobs/<pid>.json``,
   its rule, outputs and invocation), so the next invocation says which jobs the dead one left:
   still running (orphans: Snakemake's job processes outlive it), finished, or incomplete;
@@ -91,18 +91,10 @@ def alive(pid: int, started: float | None) -> bool:
         return False
 
 
-def mark_ended(info: Path) -> None:
-    """Say in the invocation's record that it ended (any exit but a kill): its successor then
-    knows it did not die."""
-    try:
-        record = json.loads(info.read_text())
-        if record.get("pid") == os.getpid():
-            record["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            tmp = info.with_name(f".{info.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(record) + "\n")
-            os.replace(tmp, info)
-    except (OSError, ValueError):
-        pass
+def cluster(args) -> bool:
+    """The command hands its jobs to an executor or a profile (a cluster's: each job its own batch job)."""
+    return (any(a.split("=")[0] in ("--executor", "-e", "--profile", "--workflow-profile") for a in args)
+            or bool(os.environ.get("SNAKEMAKE_PROFILE")))
 
 
 @dataclass
@@ -185,7 +177,7 @@ def outputs_complete(outputs: list[str]) -> bool:
     writes every output whole or not at all)."""
     from cselab.evaluation.records import record_path, result_problem
     from cselab.models.checkpoints import FILES_RECORD, damaged_model
-    from cselab.pipeline.invocation import is_result_file
+    from cselab.pipeline.outputs import is_result_file
 
     for out in map(Path, outputs):
         if not out.exists():
@@ -307,8 +299,6 @@ def recover(previous: dict | None, state_dir: str | Path, cfg: dict, executing: 
     """Everything above for the folder's last invocation when it died, with its lines on stderr;
     a dry run (``executing`` False) only says what a run would do. A dead invocation that handed its
     jobs to a cluster (an executor, a profile) is only named: its jobs may still run there."""
-    from cselab.pipeline.invocation import cluster
-
     dead = dead_invocation(previous, state_dir, holding=executing)
     if dead is None:
         if executing:
