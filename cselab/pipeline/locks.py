@@ -71,6 +71,15 @@ def _try_lock(path: Path) -> IO | None:
     return fh
 
 
+def invocation_held(state_dir: str | Path) -> bool:
+    """Whether a live process holds the folder's invocation lock (a dry run asks; it takes none)."""
+    fh = _try_lock(Path(state_dir) / INVOCATION_LOCK)
+    if fh is None:
+        return True
+    fh.close()  # closing the file releases the lock
+    return False
+
+
 def _claim(fh: IO, info: Path, what: str, **extra) -> None:
     tmp = info.with_name(f".{info.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({**_identity(what), **extra}) + "\n")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cselab.errors import CselabError
+from cselab.pipeline.locks import invocation_held
 
 #: where Snakemake keeps its state (its incomplete markers and lock files), and cselab its own
 SNAKEMAKE_DIR = Path(".snakemake")
@@ -129,7 +130,7 @@ def dead_invocation(previous: dict | None, state_dir: str | Path, holding: bool)
     found it free (a dry run). Its jobs are classified (:func:`classify`)."""
     if not previous or previous.get("ended") or previous.get("pid") == os.getpid():
         return None
-    if not holding and _held(state_dir):
+    if not holding and invocation_held(state_dir):
         return None
     dead = Dead(previous)
     for path in sorted((Path(state_dir) / JOBS_DIR).glob("*.json")):
@@ -140,23 +141,6 @@ def dead_invocation(previous: dict | None, state_dir: str | Path, holding: bool)
         if record.get("invocation") == previous.get("invocation"):
             dead.jobs.append(classify(LeftJob({**record, "file": str(path)})))
     return dead
-
-
-def _held(state_dir) -> bool:
-    """Whether a live process holds the folder's invocation lock (a dry run asks)."""
-    import fcntl
-
-    from cselab.pipeline.locks import INVOCATION_LOCK
-
-    try:
-        with open(Path(state_dir) / INVOCATION_LOCK, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
 
 
 def classify(job: LeftJob) -> LeftJob:
