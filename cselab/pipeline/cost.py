@@ -291,7 +291,7 @@ def _training(s: Sizes, p: rc.Pricing, run: Run, gpus: int, scored: bool) -> tup
     factor = sum(p.value(f"train_factor:{c}") for c in run.components)
     factor += sum(p.value(f"train_extra:{a}") for a in run.auxiliaries)
     held, rows = held_batch(s, p, run)
-    chunk = held.chunk_size or (held.chunk_tokens and max(1, held.chunk_tokens // memory.tokens_of(t.max_len)))
+    chunk = memory.rows_a_chunk(held.chunk_size, held.chunk_tokens, memory.tokens_of(t.max_len))  # as the job chunks
     if chunk and chunk < rows:
         factor *= p.value("train_chunk_factor")
     sentences = -(-t.batch_size // (t.devices * t.nodes * t.accumulation_steps))

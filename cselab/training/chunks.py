@@ -34,6 +34,7 @@ import torch
 
 from cselab.data.tokens import host_sum, to_device
 from cselab.models import keyed, keyed_ops
+from cselab.training import memory
 
 
 @dataclass
@@ -101,9 +102,7 @@ class Runner:
 
     def rows_a_chunk(self, width: int) -> int:
         """Rows of a chunk of a run whose rows have ``width`` tokens (a compiled chunk's: its fixed width)."""
-        if self.chunk_tokens:
-            return max(1, self.chunk_tokens // (self.width or width))
-        return self.chunk_size
+        return memory.rows_a_chunk(self.chunk_size, self.chunk_tokens, self.width or width)
 
     def begin(self, sentences: int, offset: int = 0, device: torch.device | str = "cpu") -> None:
         """A micro-batch starts: ``sentences`` of this process, starting at ``offset`` in the

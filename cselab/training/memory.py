@@ -181,6 +181,14 @@ def model_of_config(config: dict) -> Model:
     return Model(layers, h, i, vocab, parameters)
 
 
+def rows_a_chunk(chunk_size: int | None, chunk_tokens: int | None, width: int) -> int | None:
+    """Rows of a gradient-cached chunk whose rows have ``width`` tokens: as many as
+    ``chunk_tokens`` holds (at least one), else ``chunk_size`` (None: no chunks)."""
+    if chunk_tokens:
+        return max(1, chunk_tokens // width)
+    return chunk_size
+
+
 def tokens_of(max_len: int) -> int:
     """The longest row a batch may have: ``max_len`` padded to a multiple of 8 (a compiled step's width)."""
     return -(-max_len // 8) * 8
