@@ -69,6 +69,21 @@ def test_counts_equal_snakemakes(planned):
     assert 0 < meta["critical_hours"] <= meta["wall_hours"] <= rows[-1]["job_hours"] + 1e-9
 
 
+def test_the_plan_is_the_same_in_whatever_order_snakemake_printed_the_jobs(planned):
+    """Snakemake's dry run lists jobs in an order that varies between invocations; the plan
+    (each rule's row, its place and its node hours) does not."""
+    import random
+
+    name, cfg, jobs, _ = planned
+    book = rc.load_rates(rc.rates_file("h100" if name == "paper" else "cpu-2core"))
+    node = cost.node_of(book, typed_config(cfg).cost_plan)
+    reference = cost.plan(cfg, jobs, book, node)[0]
+    for seed in (1, 2):
+        shuffled = list(jobs)
+        random.Random(seed).shuffle(shuffled)
+        assert cost.plan(cfg, shuffled, book, node)[0] == reference
+
+
 def test_an_h100_plan_prices_every_rule_with_its_basis(planned):
     name, cfg, jobs, _ = planned
     book = rc.load_rates(rc.rates_file("h100"))

@@ -574,7 +574,10 @@ def price(jobs: list[DryJob], s: Sizes, book: rc.RateBook) -> list[rc.JobCost]:
 
 
 def plan(cfg: dict, jobs: list[DryJob], book: rc.RateBook, node: dict) -> tuple[list[dict], dict]:
-    """The plan's rows (per rule and TOTAL) and what its report states beside them."""
+    """The plan's rows (per rule and TOTAL) and what its report states beside them. The jobs are
+    put in one order first (rule, wildcards, outputs): Snakemake's dry run lists them in an order
+    that varies between invocations, and the node's schedule breaks ties by that order."""
+    jobs = sorted(jobs, key=lambda j: (j.rule, sorted(j.wildcards.items()), j.outputs))
     sizes = Sizes(cfg, gpus=node["gpus"], shards=sum(j.rule == "segment_shard" for j in jobs))
     priced = price(jobs, sizes, book)
     starts, ends, critical = rc.schedule(priced, node)
