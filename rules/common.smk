@@ -121,7 +121,9 @@ def checked(files):
     """Result files a job reads (a list or a dict), each checked once an invocation: a damaged or
     edited one is named, and the job that wrote it is forced, so it is built again before this job
     reads it (cselab.pipeline.invocation.checked_results). Snakemake's own forcing, as
-    ``--forcerun <file>`` would: the DAG being built takes the file among those it forces."""
+    ``--forcerun <file>`` would: the DAG being built takes the file among those it forces.
+    ``workflow.dag.forcefiles`` is no documented API: it is what ``--forcerun`` fills in Snakemake
+    9.27 (constraints.txt pins it); tests/test_faults.py's damaged-result cases fail if it moves."""
     return cselab_invocation.checked_results(files, INVOCATION, lambda path: workflow.dag.forcefiles.add(path))
 
 
