@@ -42,6 +42,8 @@ def main() -> None:
         by_rule[rule].append(cpu)
         by_folder[folder].append(cpu)
     total = [c for cpus in by_rule.values() for c in cpus]
+    if not total:  # the line's format is cselab.pipeline.jobs.main's: a changed one counts nothing
+        raise SystemExit(f"no job's last log line under {args.base} (rule <r> done in ...; cpu <s> s)")
     print(f"{len(total)} jobs, {sum(total):.0f} CPU-s")
     for title, groups in (("rule", by_rule), ("folder", by_folder)):
         print(f"\n{title:<48} jobs   CPU-s")
