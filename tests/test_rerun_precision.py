@@ -214,7 +214,7 @@ def rebuilt_by(jobs, path: str) -> tuple[set[str], set[str]]:
     made, seen = {o for j in readers for o in j.outputs}, set(map(id, readers))
     queue = list(readers)
     while queue:
-        job = queue.pop()
+        queue.pop()  # "made" grows to the fixpoint: which job is taken does not matter
         for other in jobs:
             if id(other) not in seen and made & set(other.inputs):
                 seen.add(id(other))

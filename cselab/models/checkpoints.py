@@ -64,6 +64,24 @@ def _from_hub(name: str) -> Path:
         ) from e
 
 
+def checkpoint_shape(path: Path) -> dict:
+    """A resolved checkpoint's ``model_type``, ``hidden_size`` and ``num_hidden_layers``, read from
+    its ``config.json`` as JSON: rule resolve_plm records them without importing transformers
+    (whose ``AutoConfig`` imports torch: 3.7 CPU-s a job). A file that is not a model's config is
+    one :class:`ModelError` naming it."""
+    import json
+
+    config = Path(path) / "config.json"
+    try:
+        fields = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"cannot read the model's {config}: {type(e).__name__}: {str(e)[:200]}") from e
+    if not isinstance(fields, dict) or not isinstance(fields.get("model_type"), str):
+        raise ModelError(f"{config} names no model_type: not a transformers checkpoint's config")
+    return {"model_type": fields["model_type"], "hidden_size": fields.get("hidden_size"),
+            "num_hidden_layers": fields.get("num_hidden_layers")}
+
+
 def load_backbone(path: Path, dropout: float | None = None):
     """Load (tokenizer, model) from a resolved directory; ``dropout`` overrides the config's."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer

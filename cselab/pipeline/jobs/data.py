@@ -63,16 +63,11 @@ def senteval_reads(smk) -> None:
 
 
 def resolve_plm(smk) -> None:
-    from transformers import AutoConfig
-
-    from cselab.models.checkpoints import resolve_model
+    from cselab.models.checkpoints import checkpoint_shape, resolve_model
 
     with run(smk, params={"plm": smk.wildcards.plm, "model": smk.params.model}, label=smk.wildcards.plm) as r:
         path = resolve_model(smk.params.model)
-        cfg = AutoConfig.from_pretrained(path)
-        info = {"plm": smk.wildcards.plm, "model": smk.params.model, "path": str(path),
-                "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
-                "num_hidden_layers": getattr(cfg, "num_hidden_layers", None)}
+        info = {"plm": smk.wildcards.plm, "model": smk.params.model, "path": str(path), **checkpoint_shape(path)}
         r.set_tags({"model_path": path})
         write_json(smk.output[0], info)
 
