@@ -673,6 +673,21 @@ def _log_params_once(handle: "Run", params: dict, logged: dict) -> None:
         handle.set_tags({f"cselab.resume.{k}": v for k, v in changed.items()})
 
 
+def _new_run(experiment: str, name: str, tags: dict[str, str]) -> str:
+    """A new run's id, created with exactly ``tags`` and its user: not by ``mlflow.start_run``,
+    whose run-context providers (Databricks' notebook checks import IPython; git of the script's
+    folder, here Snakemake's temporary copy) cost a job 0.7 CPU-s for tags this run names itself."""
+    import getpass
+
+    import mlflow
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container's uid with no name
+        user = "unknown"
+    return mlflow.MlflowClient().create_run(experiment, run_name=name, tags={"mlflow.user": user, **tags}).info.run_id
+
+
 @contextlib.contextmanager
 def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str | None = None,
                params: dict | None = None, tags: dict | None = None, label: str | None = None,
@@ -714,9 +729,9 @@ def mlflow_run(*, uri: str, experiment_name: str, rule: str, experiment_id: str 
         if previous is not None:
             attempts = int(previous.data.tags.get(RESUMED_TAG, "0")) + 1
             all_tags[RESUMED_TAG] = attempts
-        with mlflow.start_run(**({"run_id": previous.info.run_id} if previous is not None else
-                                 {"experiment_id": exp, "run_name": run_name}),
-                              tags={k: str(v) for k, v in all_tags.items()}) as run:
+        tags = {k: str(v) for k, v in all_tags.items()}
+        run_id = previous.info.run_id if previous is not None else _new_run(exp, run_name, tags)
+        with mlflow.start_run(run_id=run_id, tags=tags if previous is not None else None) as run:
             handle = Run(run, Buffer(buffer, target.uri, run.info.run_id) if buffer else None)
             if handle.buffer is not None and previous is not None:
                 handle.buffer.drop_ends()
