@@ -67,8 +67,8 @@ def _from_hub(name: str) -> Path:
 def checkpoint_shape(path: Path) -> dict:
     """A resolved checkpoint's ``model_type``, ``hidden_size`` and ``num_hidden_layers``, read from
     its ``config.json`` as JSON: rule resolve_plm records them without importing transformers
-    (whose ``AutoConfig`` imports torch: 3.7 CPU-s a job). A file that is not a model's config is
-    one :class:`ModelError` naming it."""
+    (whose ``AutoConfig`` imports torch; docs/speed.md measures the job). A file that is not a
+    model's config is one :class:`ModelError` naming it."""
     import json
 
     config = Path(path) / "config.json"

@@ -676,7 +676,8 @@ def _log_params_once(handle: "Run", params: dict, logged: dict) -> None:
 def _new_run(experiment: str, name: str, tags: dict[str, str]) -> str:
     """A new run's id, created with exactly ``tags`` and its user: not by ``mlflow.start_run``,
     whose run-context providers (Databricks' notebook checks import IPython; git of the script's
-    folder, here Snakemake's temporary copy) cost a job 0.7 CPU-s for tags this run names itself."""
+    folder, here Snakemake's temporary copy) cost a job 0.4 CPU-s (docs/speed.md) for tags this
+    run names itself."""
     import getpass
 
     import mlflow
