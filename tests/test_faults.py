@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -793,6 +794,25 @@ def test_an_untrained_experiments_model_is_refused_at_planning(project):
     assert no_traceback(out, "is untrained"), out[-3000:]
     record("an untrained experiment's ONNX file asked for", "refused at planning",
            next(x for x in out.splitlines() if "is untrained" in x))
+
+def test_a_plms_damaged_config_json_is_one_message(project):
+    """A PLM folder whose ``config.json`` is cut off: rule resolve_plm names the file and why, and
+    the project's other PLM record is kept."""
+    shutil.copytree(project / "tiny-bert", project / "cut-bert")
+    (project / "cut-bert" / "config.json").write_text('{"model_type": "bert", "hidden_size": 32')
+    cfg = yaml.safe_load((project / "test.yaml").read_text())
+    cfg["plms"]["cut"] = {"model": "./cut-bert"}
+    (project / "test.yaml").write_text(yaml.safe_dump(cfg))
+    kept = (project / "resources" / "plms" / "tiny.json").read_bytes()
+    proc = run_smk(project, "resources/plms/cut.json")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "cannot read the model's" in out and "cut-bert/config.json" in out, out[-2000:]
+    assert no_traceback(out, "cannot read the model's"), out[-3000:]
+    assert not (project / "resources" / "plms" / "cut.json").exists()
+    assert (project / "resources" / "plms" / "tiny.json").read_bytes() == kept
+    record("a PLM's config.json cut off", "job refused, other records kept",
+           next(x for x in out.splitlines() if "cannot read the model's" in x))
+
 
 def test_corpus_control_characters_and_long_lines_are_cleaned_and_counted(fresh_project):
     from cselab.data.corpus import MAX_LINE_CHARS
