@@ -446,15 +446,26 @@ def test_damaged_results_are_rebuilt_before_the_table_reads_them(reference, tmp_
                "table rebuilt (not removed first), same rows", line, "-", 0)
 
 
+def same_length_edit(scores: dict) -> tuple[str, float]:
+    """A score with its last digit changed whose shortest repr keeps its length (a changed last
+    digit can round to a shorter float: 0.30000000000000004 -> ...01 is 0.3)."""
+    for column, value in scores.items():
+        text = repr(value)
+        for digit in "123456789":
+            edited = float(text[:-1] + digit) if isinstance(value, float) else value
+            if edited != value and len(repr(edited)) == len(text):
+                return column, edited
+    raise AssertionError(f"no score to edit in place: {scores}")
+
+
 def test_a_hand_edited_score_is_named_and_its_evaluation_planned_again(reference, tmp_path):
     """One score of the STS result edited by hand, its length kept: the result's sha256 (its mtime
     moved) tells, planning names the file and plans its evaluation and the table (a dry run)."""
     project = copy_of(reference, tmp_path)
     sts = project / "results" / "experiments" / EXP / "sts.json"
     result, size = json.loads(sts.read_text()), sts.stat().st_size
-    column = next(iter(result["scores"]))
-    old = repr(result["scores"][column])
-    result["scores"][column] = float(old[:-1] + ("1" if old[-1] != "1" else "2"))  # one digit: same length
+    column, value = same_length_edit(result["scores"])
+    result["scores"][column] = value
     sts.write_text(json.dumps(result, indent=2, default=str) + "\n")  # as the evaluation wrote it (write_json)
     assert sts.stat().st_size == size
     dry = run_smk(project, "-n", "results/table1.csv")
