@@ -450,9 +450,11 @@ def same_length_edit(scores: dict) -> tuple[str, float]:
     """A score with its last digit changed whose shortest repr keeps its length (a changed last
     digit can round to a shorter float: 0.30000000000000004 -> ...01 is 0.3)."""
     for column, value in scores.items():
+        if not isinstance(value, float):
+            continue
         text = repr(value)
         for digit in "123456789":
-            edited = float(text[:-1] + digit) if isinstance(value, float) else value
+            edited = float(text[:-1] + digit)
             if edited != value and len(repr(edited)) == len(text):
                 return column, edited
     raise AssertionError(f"no score to edit in place: {scores}")
