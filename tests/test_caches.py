@@ -113,6 +113,29 @@ def test_embedding_cache_entry_rewritten_in_place_with_its_size_is_caught_by_its
     assert "its bytes changed since it was written" in caplog.text
 
 
+def test_an_evaluation_whose_datasets_are_all_cached_loads_no_model(tiny_bert, tmp_path, monkeypatch):
+    """The encoder is loaded at the first sentence the cache lacks: a second evaluation of the
+    same checkpoint (a changed scoring setting, a new table) reads the cache and never loads it."""
+    from cselab.evaluation.encoding import ModelEncoder
+    from cselab.models import encoder as encoder_module
+
+    settings = {"pooler": "cls", "max_len": 16, "batch_size": 8}
+    first = ModelEncoder(tiny_bert, settings, tmp_path / "cache")
+    rows = first.encode_fn("toy")(["a cat", "a dog", "a cat"])
+    assert first.stats()["model_loaded"] and first.stats()["cache_misses"] == 1
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded although every sentence is cached")
+
+    monkeypatch.setattr(encoder_module, "load_encoder", no_load)
+    again = ModelEncoder(tiny_bert, settings, tmp_path / "cache")
+    np.testing.assert_array_equal(again.encode_fn("toy")(["a cat", "a dog", "a cat"]), rows)
+    assert again.stats() | {"model_dir": None} == {**again.stats(), "model_dir": None, "model_loaded": False,
+                                                   "cache_hits": 1, "cache_misses": 0, "encoded_sentences": 0}
+    with pytest.raises(AssertionError, match="was loaded"):  # a sentence it lacks: the model is needed
+        again.encode_fn("toy")(["a bird"])
+
+
 @pytest.mark.parametrize("how", DAMAGES)
 def test_downloaded_beir_zip_broken_any_way_is_downloaded_again(tmp_path, caplog, how):
     """A BEIR zip kept in the download folder (no sha256 pinned, as BEIR's URLs are used) broken

@@ -244,6 +244,7 @@ def test_rerun_and_evaluation_change_never_retrain(workflow_run):
     console = snakemake(workdir, "--cores", "2", "results/experiments/simcse-tiny-s42/transfer.json").stderr
     result = json.loads((workdir / "results/experiments/simcse-tiny-s42/transfer.json").read_text())
     assert result["mode"] == "test" and result["cache_hits"] == 1 and result["cache_misses"] == 0
+    assert result["model_loaded"] is False  # every sentence cached: the checkpoint is never loaded
     assert [x.split("start  ")[1] for x in console.splitlines() if "] start  " in x] == [
         "evaluate_transfer exp=simcse-tiny-s42"]
     assert planned(workdir, ["results/table_transfer.csv"]) == {

@@ -161,3 +161,4 @@ def test_pooler_table_evaluates_the_head_on_the_cached_encoding(run):
     assert t9.loc[2, "cls_before_pooler"] == pytest.approx(dev["scores"]["STS-B dev"], abs=0.01)
     head = json.loads((workdir / "results/experiments/infocse-tiny-s42/stsb_dev_head.json").read_text())
     assert head["cache_hits"] >= 1 and head["cache_misses"] == 0  # the raw [CLS] encoding is reused
+    assert head["model_loaded"] is False  # and the checkpoint's encoder is never loaded for it

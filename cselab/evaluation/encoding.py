@@ -9,6 +9,7 @@ guards against a dataset whose content changed under the same name.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -135,19 +136,26 @@ class ModelEncoder:
     typed or the job's plain dict."""
 
     def __init__(self, model_dir: Path, settings: dict | Evaluation, cache_dir: Path | None):
-        from cselab.models.encoder import load_encoder
-
         settings = settings if isinstance(settings, Evaluation) else evaluation_settings(settings)
         self.settings, self.dir = settings, Path(model_dir)
-        import torch
-
-        self.encoder = load_encoder(self.dir, pooler=settings.pooler)
-        if torch.cuda.is_available():  # bf16 forward there (SentenceEncoder.encode)
-            self.encoder.to("cuda")
         key = {"pooler": settings.pooler, "max_len": settings.max_len}
         use_cache = cache_dir and settings.cache
         self.cache = EmbeddingCache(Path(cache_dir), self.dir, key) if use_cache else None
         self.encoded, self.encode_seconds = 0, 0.0
+
+    @functools.cached_property
+    def encoder(self):
+        """The checkpoint's encoder, loaded at the first sentence the cache does not hold: a job
+        whose every dataset is cached (an evaluation setting changed, a table added) loads no
+        model (nor transformers)."""
+        import torch
+
+        from cselab.models.encoder import load_encoder
+
+        encoder = load_encoder(self.dir, pooler=self.settings.pooler)
+        if torch.cuda.is_available():  # bf16 forward there (SentenceEncoder.encode)
+            encoder.to("cuda")
+        return encoder
 
     def dim(self) -> int:
         """The embedding size."""
@@ -183,7 +191,8 @@ class ModelEncoder:
         return lambda sentences: self.cache.get(f"{name}.{next(calls)}", list(sentences), encode, dtype)
 
     def stats(self) -> dict:
-        return {"model_dir": str(self.dir), "encoded_sentences": self.encoded,
+        return {"model_dir": str(self.dir), "model_loaded": "encoder" in self.__dict__,
+                "encoded_sentences": self.encoded,
                 "encode_seconds": self.encode_seconds,
                 "encode_sentences_per_s": self.encoded / self.encode_seconds if self.encode_seconds else None,
                 "cache_hits": self.cache.hits if self.cache else 0,
