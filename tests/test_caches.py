@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
 import sys
 import sysconfig
 import zipfile
@@ -132,6 +133,12 @@ def test_an_evaluation_whose_datasets_are_all_cached_loads_no_model(tiny_bert, t
     np.testing.assert_array_equal(again.encode_fn("toy")(["a cat", "a dog", "a cat"]), rows)
     assert again.stats() | {"model_dir": None} == {**again.stats(), "model_dir": None, "model_loaded": False,
                                                    "cache_hits": 1, "cache_misses": 0, "encoded_sentences": 0}
+    code = ("import sys; from pathlib import Path; from cselab.evaluation.encoding import ModelEncoder; "
+            "m = ModelEncoder(Path(sys.argv[1]), {'pooler': 'cls', 'max_len': 16, 'batch_size': 8}, Path(sys.argv[2])); "
+            "assert m.encode_fn('toy')(['a cat', 'a dog', 'a cat']).shape[0] == 3; "
+            "assert 'torch' not in sys.modules, 'torch imported'")  # an STS re-scoring's job imports no torch
+    subprocess.run([sys.executable, "-c", code, str(tiny_bert), str(tmp_path / "cache")], check=True,
+                   cwd=Path(__file__).parents[1])
     with pytest.raises(AssertionError, match="was loaded"):  # a sentence it lacks: the model is needed
         again.encode_fn("toy")(["a bird"])
 

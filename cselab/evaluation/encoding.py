@@ -171,9 +171,10 @@ class ModelEncoder:
         """
         import time
 
-        from cselab.models.encoder import DEFAULT_MAX_TOKENS
-
         def encode(sentences):
+            # torch is imported only where a sentence is encoded
+            from cselab.models.encoder import DEFAULT_MAX_TOKENS
+
             tic = time.perf_counter()
             out = self.encoder.encode(sentences, batch_size=self.settings.batch_size,
                                       max_len=max_len or self.settings.max_len,
