@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from cselab.evaluation.sts import STS_COLUMNS
-from cselab.reporting.published import lookup, lookup_any, setting_differences
+from cselab.reporting.published import lookup, lookup_any, setting_differences, setting_note
 from cselab.reporting.tables import score_table, to_markdown
 
 
@@ -44,6 +44,14 @@ def test_note_says_where_our_setting_differs_from_the_papers():
     entry, note = lookup_any([("compcse", "table1")], "roberta-base", "simcse", {}, {**same, "lr": 1e-5,
                                                                                        "batch_size": 512})
     assert entry["row"] == "SimCSE (Gao et al., 2021)" and "same training setting" in note
+    # "same" only for what the paper states: none of it, or part of it, is said so
+    ours = {"precision": "fp16", "lr": 1e-5, "batch_size": 128, "epochs": 1, "max_len": 32}
+    assert setting_note({"lr": "not stated", "batch_size": "not stated"}, ours) == "paper setting not stated"
+    assert setting_note({"lr": 1e-5, "batch_size": "not stated", "epochs": 1}, ours) == (
+        "same training setting as the paper's where it is stated (not stated: precision, batch size, max len)")
+    assert setting_note({"lr": 2e-5, "batch_size": "not stated"}, ours) == "ours differs: lr 1e-05 (paper 2e-05)"
+    _, note = lookup_any([("paradigm", "table3")], "bert-base-uncased", "paradigm", {"loss": "arccon"}, ours)
+    assert "not stated: precision, lr, batch size, epochs" in note and "same training setting as the paper's;" not in note
 
 
 @pytest.mark.parametrize("table,options,value", [

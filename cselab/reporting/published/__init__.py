@@ -81,8 +81,7 @@ def lookup_any(sources, model: str, objective: str, options: dict,
         entry, note = lookup(paper, table, model, objective, options)
         if entry:
             if setting is not None:
-                diff = setting_differences(entry["setting"], setting)
-                note += "; ours differs: " + ", ".join(diff) if diff else "; same training setting as the paper's"
+                note += "; " + setting_note(entry["setting"], setting)
             return entry, f"{note} [{paper} {table}]"
     return None, "no published row" if sources else ""
 
@@ -93,13 +92,32 @@ def _show(value) -> str:
     return "none" if value is None else str(value)
 
 
+def compared_keys(paper: dict, ours: dict) -> list[str]:
+    """The setting keys a note compares: named by both, and stated by the paper."""
+    return [k for k in SETTING_KEYS if k in paper and k in ours and paper[k] != NOT_STATED]
+
+
+def setting_note(paper: dict, ours: dict) -> str:
+    """Where our training setting differs from the paper's row, or that it does not: "same training
+    setting as the paper's" when the paper states every key we name, else the same where it is
+    stated and which keys it leaves out; "paper setting not stated" when it states none."""
+    diff = setting_differences(paper, ours)
+    if diff:
+        return "ours differs: " + ", ".join(diff)
+    compared = compared_keys(paper, ours)
+    unstated = [k.replace("_", " ") for k in SETTING_KEYS if k in ours and k not in compared]
+    if not compared:
+        return "paper setting not stated"
+    if not unstated:
+        return "same training setting as the paper's"
+    return f"same training setting as the paper's where it is stated (not stated: {', '.join(unstated)})"
+
+
 def setting_differences(paper: dict, ours: dict) -> list[str]:
     """``["lr 3e-05 (paper 7e-06)", ...]`` for every key both settings name where ours differs from
     the paper's (a value the paper does not state, :data:`NOT_STATED`, is not compared)."""
     out = []
-    for key in SETTING_KEYS:
-        if key not in paper or key not in ours or paper[key] == NOT_STATED:
-            continue
+    for key in compared_keys(paper, ours):
         mine, theirs = ours.get(key), paper[key]
         if mine != theirs and not (isinstance(mine, (int, float)) and isinstance(theirs, (int, float))
                                    and abs(mine - theirs) <= 1e-12 * max(abs(mine), abs(theirs))):
