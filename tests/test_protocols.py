@@ -8,7 +8,7 @@ import torch
 
 from cselab.evaluation import protocols, sts
 from cselab.models.encoder import load_encoder
-from tests.helpers import make_senteval
+from tests.helpers import make_senteval, make_tiny_bert
 from tests.test_sts import REAL, needs_real
 
 
@@ -83,6 +83,25 @@ def test_cls_is_the_training_head_or_the_pooler_layer(tiny_bert, encoder, root):
     with torch.no_grad():
         out = encoder.backbone(**encoder.pad(ids))
     np.testing.assert_allclose(plain["cls"], out.pooler_output.numpy(), atol=1e-5)
+
+
+def test_layer_poolers_average_their_two_layers_over_real_tokens(tmp_path, root):
+    """avg_top2: the last two layers; avg_first_last: the embedding output and the last layer
+    (DiffCSE's, InfoCSE's code); avg_first_last_layer1: the first transformer layer and the last
+    (SimCSE's evaluation script): each pair's mean, averaged over the real tokens. Three layers, so
+    that each pair is a different one."""
+    encoder = load_encoder(make_tiny_bert(tmp_path / "bert", layers=3))
+    sentences = protocols.evaluation_sentences(root)[:12]
+    ids = encoder.tokenize(sentences, 512)
+    pooled = protocols.pooled_all(encoder, None, ids)
+    for i, row in enumerate(ids):
+        with torch.no_grad():
+            layers = encoder.backbone(**encoder.pad([row]), output_hidden_states=True).hidden_states
+        for pooler, (a, b) in (("avg_top2", (-2, -1)), ("avg_first_last", (0, -1)), ("avg_first_last_layer1", (1, -1))):
+            expected = ((layers[a][0] + layers[b][0]) / 2).mean(0).numpy()  # one sentence: every token is real
+            np.testing.assert_allclose(pooled[pooler][i], expected, atol=1e-5, err_msg=pooler)
+        np.testing.assert_allclose(pooled["avg"][i], layers[-1][0].mean(0).numpy(), atol=1e-5)
+    assert not np.allclose(pooled["avg_first_last"], pooled["avg_first_last_layer1"])
 
 
 def test_spread_and_written_table(tmp_path):

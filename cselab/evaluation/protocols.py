@@ -9,15 +9,16 @@ The protocols differ in four choices (SimCSE issues #25, #87, #169; sentence-tra
 - pooler: ``cls`` (SimCSE's: [CLS] through the pooler layer, i.e. a trained checkpoint's training
   head, or the backbone's pooler output for an untrained PLM), ``cls_before_pooler`` (the raw
   final-layer [CLS], SimCSE's unsupervised evaluation and this pipeline's ``cls``), ``avg`` (mean
-  of the final layer over real tokens), ``avg_first_last`` (mean of the embedding output and the
-  final layer: the first "layer" as SimCSE's evaluation script, DiffCSE's and InfoCSE's code
-  take it);
+  of the final layer over real tokens), ``avg_top2`` (mean of the last two layers),
+  ``avg_first_last`` (mean of the embedding output and the final layer: the first "layer" as
+  DiffCSE's and InfoCSE's code take it) and ``avg_first_last_layer1`` (mean of the first
+  transformer layer and the final layer, as SimCSE's evaluation script takes it since its fix);
 - truncation of evaluation sentences: none (the model's limit) or at 32 tokens (the training
   length);
 - STS-B's split: the test split (the papers' tables) or dev (checkpoint selection).
 
-Each (checkpoint, truncation) runs one forward per sentence, from which all four poolers are read
-(the last hidden layer, the embedding output and the pooler output of the same forward); at 32
+Each (checkpoint, truncation) runs one forward per sentence, from which every pooler is read
+(every layer's hidden states and the pooler output of the same forward); at 32
 tokens only sentences longer than 32 tokens are run again (the others have the same input).
 """
 
@@ -33,7 +34,7 @@ from cselab.data.tasks import load_sts_task, stsb_dev
 from cselab.evaluation.encoding import Embeddings
 from cselab.evaluation.sts import COLUMN_NAMES, STS_TASKS, evaluate_stsb_dev, evaluate_sts
 
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last")
+POOLERS = ("cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last", "avg_first_last_layer1")
 AGGREGATIONS = ("all", "mean", "wmean")
 #: aggregation -> the per-task key of :func:`cselab.evaluation.sts.evaluate_sts`
 _AGGREGATION_KEYS = {"all": "spearman_all", "mean": "mean_spearman", "wmean": "wmean_spearman"}
@@ -68,10 +69,12 @@ def pooled_all(encoder, head, ids: list[list[int]], batch_size: int = 128) -> di
         batch = encoder.pad([ids[i] for i in rows])
         hidden = encoder.backbone(**batch, output_hidden_states=True)
         mask = batch["attention_mask"].unsqueeze(-1).float()
-        last, first = hidden.last_hidden_state.float(), hidden.hidden_states[0].float()
+        layers = [h.float() for h in hidden.hidden_states]  # the embedding output, then each layer's
+        last = hidden.last_hidden_state.float()
         out["cls_before_pooler"][rows] = last[:, 0].cpu().numpy()
-        out["avg"][rows] = ((last * mask).sum(1) / mask.sum(1)).cpu().numpy()
-        out["avg_first_last"][rows] = (((first + last) / 2 * mask).sum(1) / mask.sum(1)).cpu().numpy()
+        for pooler, pair in (("avg", (last, last)), ("avg_top2", (layers[-2], last)),
+                             ("avg_first_last", (layers[0], last)), ("avg_first_last_layer1", (layers[1], last))):
+            out[pooler][rows] = (((pair[0] + pair[1]) / 2 * mask).sum(1) / mask.sum(1)).cpu().numpy()
         if head is not None:
             out["cls"][rows] = head(out["cls_before_pooler"][rows])
         elif getattr(hidden, "pooler_output", None) is not None:

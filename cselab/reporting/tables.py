@@ -443,8 +443,10 @@ def write_protocols(rows: list[dict], csv_path: Path, md_path: Path) -> None:
     lines += ["", "Aggregation: how STS12-16's subsets combine (all: one Spearman over their concatenation; mean: "
               "the subsets' mean; wmean: weighted by size); STS-B and SICK-R have one subset. Poolers: cls = [CLS] "
               "through the training head (SimCSE's exported MLP; an untrained PLM: its pooler layer), "
-              "cls_before_pooler = raw final-layer [CLS], avg = mean of the final layer, avg_first_last = mean "
-              "of the embedding output and the final layer. Truncation: evaluation sentences cut at that many "
+              "cls_before_pooler = raw final-layer [CLS], avg = mean of the final layer, avg_top2 = of the last "
+              "two layers, avg_first_last = of the embedding output and the final layer (DiffCSE's and InfoCSE's "
+              "code), avg_first_last_layer1 = of the first transformer layer and the final layer (SimCSE's "
+              "script). Truncation: evaluation sentences cut at that many "
               "tokens (none: the model's limit). STS-B dev beside the test split's STS-B column. 'protocol of': "
               "the papers that declare the row's protocol."]
     write_text(md_path, "\n".join(lines) + "\n")
