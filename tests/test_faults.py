@@ -446,6 +446,22 @@ def test_damaged_results_are_rebuilt_before_the_table_reads_them(reference, tmp_
                "table rebuilt (not removed first), same rows", line, "-", 0)
 
 
+def test_a_cut_table_is_built_again_from_its_results(reference, tmp_path):
+    """A built table cut in half (its job's records beside it): planning moves it aside and the
+    table job alone builds it again, with the same rows; nothing else runs."""
+    project = copy_of(reference, tmp_path)
+    csv_path = project / "results" / "table1.csv"
+    csv_path.write_bytes(csv_path.read_bytes()[: csv_path.stat().st_size // 2])
+    proc = run_smk(project, "results/table1.csv")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    assert "the table table1 is damaged (results/table1.csv: it has " in text and "moved it aside" in text, text[-3000:]
+    started = re.findall(r"\] start  (\w+)", text)
+    assert started == ["table"] and table(project) == table(reference), (started, text[-3000:])
+    record("a built table cut in half", "moved aside at planning, the table job alone builds it again, same rows",
+           next(x for x in text.splitlines() if "the table table1 is damaged" in x), "-", 0)
+
+
 def same_length_edit(scores: dict) -> tuple[str, float]:
     """A score with its last digit changed whose shortest repr keeps its length (a changed last
     digit can round to a shorter float: 0.30000000000000004 -> ...01 is 0.3)."""
@@ -749,16 +765,39 @@ def test_a_nan_gold_score_is_refused_at_preparation(fresh_project):
 
 
 def test_changed_prepared_corpus_is_caught_and_a_replaced_source_replans(reference, tmp_path):
+    """The prepared corpus edited under a finished training: planning stops naming it, before
+    Snakemake plans the training again (the corpus is newer than the model), which would remove the
+    intact model before the job stopped on the corpus; twice, nothing lost."""
     project = copy_of(reference, tmp_path)
     corpus = project / "resources" / "corpus" / "corpus.txt"
     data = corpus.read_bytes()
     corpus.write_bytes(data.replace(b" ", b"  ", 3))
-    proc = run_smk(project, "results/table1.csv")  # newer than the checkpoint: Snakemake replans training
+    for _ in range(2):
+        proc = run_smk(project, "results/table1.csv")
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "resources/corpus/corpus.txt changed after rule prepare_corpus" in text, text[-2000:]
+        assert no_traceback(text, "changed after rule prepare_corpus"), text[-3000:]
+        assert not re.search(r"\] start ", text) and same_weights(weights(project), weights(reference))  # no job ran
+    record("prepared corpus edited under a finished training", "planning stops naming it; the model kept",
+           next(x for x in text.splitlines() if "changed after rule prepare_corpus" in x))
+
+
+@pytest.mark.parametrize("name,rule", [("resources/plms/tiny.json", "resolve_plm"),
+                                       ("resources/senteval/reads/stsb-dev.json", "senteval_reads")])
+def test_a_damaged_record_of_prepared_data_stops_planning_and_keeps_the_model(reference, tmp_path, name, rule):
+    """A PLM's record or a SentEval read record cut in half: newer than the trainings that read it,
+    so Snakemake would plan them again and remove their models before the first one stopped on the
+    record. Planning stops naming it and the rule that writes it; no job runs, the model is kept."""
+    project = copy_of(reference, tmp_path)
+    path = project / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    proc = run_smk(project, "results/table1.csv")
     text = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "resources/corpus/corpus.txt changed after rule prepare_corpus" in text, text[-2000:]
-    assert no_traceback(text, "changed after rule prepare_corpus"), text[-3000:]
-    record("prepared corpus edited", "the training job stops before reading it",
-           next(x for x in text.splitlines() if "changed after rule prepare_corpus" in x).split("cselab error in rule")[-1])
+    assert proc.returncode != 0 and f"{name} is damaged" in text and f"--forcerun {rule}" in text, text[-2000:]
+    assert no_traceback(text, f"{name} is damaged"), text[-3000:]
+    assert not re.search(r"\] start ", text) and same_weights(weights(project), weights(reference))
+    record(f"{name} cut in half", "planning stops naming it and its rule; the models kept",
+           next(x for x in text.splitlines() if "is damaged" in x))
 
 
 

@@ -98,3 +98,126 @@ def test_a_job_reads_its_operational_settings_from_the_config_its_plan_was_made_
     stage = next(iter(cfg["pretraining"]))
     assert operations(smk, stage=stage).training == E.operational_settings(cfg, stage=stage)
     assert operations(smk).config == smoke  # what the cost plan's dry run plans: the config as given
+
+
+def _prepared(root, corpus=b"one sentence .\n"):
+    """A project folder with a prepared corpus and its manifest, a PLM record and a SentEval record."""
+    import hashlib
+    import json
+
+    (root / "resources/corpus").mkdir(parents=True)
+    (root / "resources/corpus/corpus.txt").write_bytes(corpus)
+    (root / "resources/corpus/manifest.json").write_text(json.dumps(
+        {"out": "resources/corpus/corpus.txt", "out_bytes": len(corpus), "out_sha256": hashlib.sha256(corpus).hexdigest()}))
+    (root / "resources/plms").mkdir(parents=True)
+    (root / "resources/plms/tiny.json").write_text(json.dumps({"model": "./tiny-bert"}))
+    (root / "resources/senteval/reads").mkdir(parents=True)
+    (root / "resources/senteval/reads/stsb-dev.json").write_text(json.dumps({"root": "data", "files": {}}))
+
+
+@pytest.mark.parametrize("damage,rule", [
+    (lambda r: (r / "resources/plms/tiny.json").write_text('{"model": "./ti'), "resolve_plm"),
+    (lambda r: (r / "resources/plms/tiny.json").write_text("[]"), "resolve_plm"),
+    (lambda r: (r / "resources/senteval/reads/stsb-dev.json").write_bytes(b""), "senteval_reads"),
+    (lambda r: (r / "resources/corpus/manifest.json").write_text('{"out": "resources/corpus/corpus.txt"}'),
+     "prepare_corpus"),
+])
+def test_a_damaged_prepared_record_stops_planning_naming_it(tmp_path, monkeypatch, damage, rule):
+    """Before Snakemake plans: a damaged record would make it plan the jobs that read it, and a job
+    stopping on it would have had its outputs (an intact model) removed first. Forcing the rule that
+    writes the record lets planning go on."""
+    monkeypatch.chdir(tmp_path)
+    _prepared(tmp_path)
+    inv.check_prepared(inv.Invocation.of(["results/table1.csv"], True))  # sound: nothing said
+    damage(tmp_path)
+    with pytest.raises(inv.DataError, match=f"is damaged .*rule {rule} writes it: rebuild it with snakemake "
+                                            f"--forcerun {rule}"):
+        inv.check_prepared(inv.Invocation.of(["results/table1.csv"], True))
+    inv.check_prepared(inv.Invocation.of(["--forcerun", rule, "--", "results/table1.csv"], True))
+
+
+def test_a_changed_prepared_corpus_stops_planning(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _prepared(tmp_path)
+    (tmp_path / "resources/corpus/corpus.txt").write_bytes(b"one sentence")  # cut
+    with pytest.raises(inv.DataError, match="resources/corpus/corpus.txt changed after rule prepare_corpus"):
+        inv.check_prepared(inv.Invocation.of(["results/table1.csv"], True))
+    inv.check_prepared(inv.Invocation.of(["-R", "prepare_corpus", "--", "results/table1.csv"], True))
+    (tmp_path / "resources/corpus/corpus.txt").unlink()  # a missing corpus: Snakemake's to rebuild where needed
+    inv.check_prepared(inv.Invocation.of(["results/table1.csv"], True))
+
+
+@pytest.mark.parametrize("record", ["[]", '{"model.safetensors": {"bytes": 3}}', '{"model.safetensors": 7}', "{"])
+def test_a_damaged_model_record_is_one_warning(tmp_path, caplog, record):
+    """A model's files.json of another shape (or cut) cannot check the model: one warning naming it,
+    the model used as it is (it may be intact), never a traceback at planning."""
+    from cselab.models.checkpoints import FILES_RECORD, damaged_model
+
+    (tmp_path / "model.safetensors").write_bytes(b"abc")
+    (tmp_path / FILES_RECORD).write_text(record)
+    with caplog.at_level(logging.WARNING):
+        assert damaged_model(tmp_path) is None
+    assert f"its record {tmp_path / FILES_RECORD} is damaged" in caplog.text
+
+
+def test_an_empty_mlflow_store_is_one_message(tmp_path):
+    """A 0-byte mlflow.db: MLflow would make a new store in it without a word."""
+    from cselab.errors import TrackingError
+    from cselab.pipeline.tracking import refuse_empty_store
+
+    db = tmp_path / "mlflow.db"
+    refuse_empty_store(f"sqlite:///{db}")  # none yet: a new store is made
+    db.write_bytes(b"")
+    with pytest.raises(TrackingError, match=r"mlflow.db is empty \(0 bytes\).*mv .*mlflow.db .*mlflow.db.damaged"):
+        refuse_empty_store(f"sqlite:///{db}")
+
+
+def test_a_damaged_training_summary_is_named(tmp_path):
+    from cselab.reporting.tables import collapse_notes
+
+    summary = tmp_path / "train_summary.json"
+    summary.write_text('{"steps": 5, "collapse_alarms": [')
+    with pytest.raises(inv.DataError, match=f"the training summary {summary} is damaged .*snakemake --force {summary}"):
+        collapse_notes([{"id": "x-s1", "summary": str(summary)}])
+
+
+def test_a_damaged_retrieval_file_names_the_rule_that_prepared_it(tmp_path):
+    from cselab.data.beir import load_beir
+
+    for folder, rule in (("resources/stsb_retrieval/data", "prepare_stsb_retrieval"), ("resources/beir/toy", "prepare_beir")):
+        root = tmp_path / folder
+        root.mkdir(parents=True)
+        with pytest.raises(inv.DataError, match=f"--forcerun {rule} "):
+            load_beir(root)
+
+
+def test_a_damaged_table_is_moved_aside_to_be_built_again(tmp_path, monkeypatch, capsys):
+    """A built table checked against the records its job wrote: cut, edited or half missing, a
+    real run moves both files aside (Snakemake then builds the table when asked for it); a dry
+    run only names it; a table without records (built before them) is left alone."""
+    from cselab.evaluation.records import record_result
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    cfg = {"tables": {"table1": {}, "table2": {}}}
+    for name in ("table1", "table2"):
+        for ext in ("csv", "md"):
+            (tmp_path / f"results/{name}.{ext}").write_text(f"{name} {ext}: a,b\n1,2\n")
+            if name == "table1":
+                record_result(tmp_path / f"results/{name}.{ext}", "table")
+    assert inv.set_aside_damaged_tables(cfg, move=True) == []
+    (tmp_path / "results/table2.csv").write_text("cut")  # no records: not checked
+    (tmp_path / "results/table1.csv").write_text("table1 csv: a,")
+    assert inv.set_aside_damaged_tables(cfg, move=False) == ["table1"]
+    assert "table table1 is damaged (results/table1.csv: it has 14 bytes, rule table wrote 20)" in capsys.readouterr().err
+    assert (tmp_path / "results/table1.csv").is_file()  # a dry run moves nothing
+    assert inv.set_aside_damaged_tables(cfg, move=True) == ["table1"]
+    assert not (tmp_path / "results/table1.csv").exists() and not (tmp_path / "results/table1.md").exists()
+    assert len(list((tmp_path / "results").glob("table1.*.damaged-*"))) == 4  # both files and their records
+    assert (tmp_path / "results/table2.csv").read_text() == "cut"
+    for ext in ("csv", "md"):  # half of it missing
+        (tmp_path / f"results/table1.{ext}").write_text("new\n")
+        record_result(tmp_path / f"results/table1.{ext}", "table")
+    (tmp_path / "results/table1.md").unlink()
+    assert inv.set_aside_damaged_tables(cfg, move=False) == ["table1"]
+    assert "results/table1.md is missing" in capsys.readouterr().err

@@ -159,6 +159,15 @@ def _is_dataset_dir(d: Path) -> bool:
 #: what to do about a prepared BEIR file that is missing or damaged
 PREPARE_FIX = ("prepare the dataset again: snakemake --forcerun prepare_beir <target> (rule prepare_beir), "
                "or fix the local copy under data.beir.path")
+#: the same for the STS-B retrieval dataset, prepared in BEIR's layout by its own rule
+RETRIEVAL_FIX = ("prepare it again: snakemake --forcerun prepare_stsb_retrieval <target> "
+                 "(rule prepare_stsb_retrieval)")
+
+
+def prepare_fix(path: str | Path) -> str:
+    """What to do about a missing or damaged file of the dataset folder ``path``: force the rule
+    that prepared it (prepare_stsb_retrieval for STS-B's retrieval set, else prepare_beir)."""
+    return RETRIEVAL_FIX if "stsb_retrieval" in Path(path).parts else PREPARE_FIX
 
 
 def beir_subsets(root: str | Path) -> list[Path]:
@@ -442,10 +451,10 @@ def corpus_chunks(root: str | Path, chunk_size: int) -> Iterator[tuple[list[str]
     documents, texts as BEIR encodes them: ``(title + " " + text).strip()``."""
     path = Path(root) / "corpus.jsonl"
     if not path.is_file():
-        raise DataError(f"BEIR file {path} is missing; {PREPARE_FIX}.")
+        raise DataError(f"BEIR file {path} is missing; {prepare_fix(path)}.")
     ids: list[str] = []
     texts: list[str] = []
-    for r in _iter_jsonl(path, "corpus", PREPARE_FIX):
+    for r in _iter_jsonl(path, "corpus", prepare_fix(path)):
         ids.append(r["_id"])
         texts.append(doc_text(r))
         if len(ids) == chunk_size:
@@ -473,16 +482,16 @@ def load_beir(root: str | Path, split: str = "test") -> BeirData:
                         "load each one (cselab.data.beir.beir_subsets) and average their scores.")
     for rel in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (root / rel).is_file():
-            raise DataError(f"BEIR file {root / rel} is missing; {PREPARE_FIX}.")
+            raise DataError(f"BEIR file {root / rel} is missing; {prepare_fix(root)}.")
     all_queries: dict[str, str] = {}
     exclude: dict[str, list[str]] = {}
-    for r in _iter_jsonl(root / "queries.jsonl", "queries", PREPARE_FIX):
+    for r in _iter_jsonl(root / "queries.jsonl", "queries", prepare_fix(root)):
         all_queries[r["_id"]] = r["text"]
         ex = r["metadata"].get("exclude_ids")
         if ex:
             exclude[r["_id"]] = [str(x) for x in ex]
     qrels: dict[str, dict[str, int]] = {}
-    for _, qid, did, score in _iter_qrels(root / "qrels" / f"{split}.tsv", PREPARE_FIX):
+    for _, qid, did, score in _iter_qrels(root / "qrels" / f"{split}.tsv", prepare_fix(root)):
         if qid in all_queries:
             qrels.setdefault(qid, {})[did] = score
     queries = {qid: all_queries[qid] for qid in qrels}

@@ -62,6 +62,19 @@ def result_problem(path: str | Path) -> str | None:
     return None
 
 
+def table_problem(path: str | Path) -> str | None:
+    """Why a built table's file ``path`` is not what its job wrote, by its record alone (a table
+    is read by people, not parsed back), or None; a missing file is a problem here, as the table
+    job writes its CSV and markdown together."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return f"{path} is missing"
+    problem, _ = _against_record(path, st)
+    return f"{path}: {problem}" if problem else None
+
+
 def _against_record(path: Path, st) -> tuple[str | None, bool]:
     """(what the record says is wrong, whether the file is the recorded one by size and mtime)."""
     try:

@@ -145,15 +145,20 @@ def damaged_model(model_dir: Path) -> str | None:
     record = Path(model_dir) / FILES_RECORD
     try:
         files = json.loads(record.read_text())
-    except (OSError, ValueError):
+        wants = [(Path(model_dir) / rel, int(want["bytes"]), int(want["mtime_ns"]), str(want["sha256"]))
+                 for rel, want in files.items()]
+    except FileNotFoundError:
         return None
-    for rel, want in files.items():
-        f = Path(model_dir) / rel
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:  # cut, emptied, another shape
+        log.warning("cannot check %s: its record %s is damaged (%s: %s); the model is used as it is",
+                       model_dir, record, type(e).__name__, e)
+        return None
+    for f, size, mtime_ns, sha256 in wants:
         if not f.is_file():
             return f"{f} is missing"
         st = f.stat()
-        if st.st_size != want["bytes"]:
-            return f"{f} has {st.st_size} bytes, training wrote {want['bytes']}"
-        if st.st_mtime_ns != want["mtime_ns"] and sha256_file(f) != want["sha256"]:
+        if st.st_size != size:
+            return f"{f} has {st.st_size} bytes, training wrote {size}"
+        if st.st_mtime_ns != mtime_ns and sha256_file(f) != sha256:
             return f"{f} does not match the sha256 training recorded"
     return None

@@ -20,7 +20,7 @@ from typing import Callable
 
 from snakemake.exceptions import WorkflowError
 
-from cselab.errors import ConfigError, CselabError
+from cselab.errors import ConfigError, CselabError, DataError
 from cselab.pipeline import console, outputs
 from cselab.pipeline.tracking import COMMAND_ENV, INVOCATION_ENV
 
@@ -49,7 +49,8 @@ GPUS_ENV = "CSELAB_GPUS"
 class Invocation:
     """What the command line asks for. ``main``: the invocation itself, not a cluster job
     re-reading the Snakefile; ``dry_run``: it plans (``-n`` alone or in a short-flag group);
-    ``no_jobs``: it neither plans nor runs jobs; ``forced_corpus``: it re-prepares the corpus."""
+    ``no_jobs``: it neither plans nor runs jobs; ``forced_corpus``: it re-prepares the corpus.
+    :meth:`forces` says whether it forces a rule."""
 
     args: tuple[str, ...]
     main: bool
@@ -64,6 +65,10 @@ class Invocation:
         no_jobs = any(a.split("=")[0] in NO_JOB_FLAGS for a in args)
         forced = "prepare_corpus" in args or any(a in ("-F", "--forceall") for a in args)
         return cls(tuple(args), main, dry, no_jobs, forced, asks_for_gpus(args))
+
+    def forces(self, rule: str) -> bool:
+        """Whether the command line forces rule ``rule`` (``--forcerun``/``-R`` naming it, or ``-F``)."""
+        return rule in self.args or any(a in ("-F", "--forceall") for a in self.args)
 
     @property
     def executing(self) -> bool:
@@ -176,7 +181,9 @@ def set_up(run: Invocation, cfg: dict) -> None:
     if run.checks and not run.forced_corpus:
         check_corpus_source(cfg)
     if run.checks:
+        check_prepared(run)
         set_aside_damaged_models(run.executing)
+        set_aside_damaged_tables(cfg, run.executing)
         for hint in deleted_experiments(cfg):
             print(f"cselab: {hint}", file=sys.stderr)
 
@@ -195,6 +202,41 @@ def check_corpus_source(cfg: dict) -> None:
             "them first), or restore the file")
 
 
+#: prepared files a job reads that planning checks, the rule that writes each, and whether its
+#: bytes are checked (the prepared corpus, against its manifest) or only that it parses (records)
+PREPARED_RECORDS = (("resources/corpus/manifest.json", "prepare_corpus"), ("resources/plms/*.json", "resolve_plm"),
+                    ("resources/senteval/reads/*.json", "senteval_reads"),
+                    ("resources/senteval/manifest.json", "prepare_senteval"),
+                    ("resources/beir/*/manifest.json", "prepare_beir"),
+                    ("resources/stsb_retrieval/manifest.json", "prepare_stsb_retrieval"))
+
+
+def check_prepared(run: Invocation) -> None:
+    """The prepared data's records (every one that exists) parse, and the prepared corpus holds the
+    bytes its manifest records, unless the command forces the rule that writes them. Checked here,
+    before Snakemake plans: a damaged record or a changed corpus makes Snakemake plan the jobs that
+    read it, and a job that then stops on it has had its outputs (an intact model) removed first."""
+    import glob
+    import json
+
+    from cselab.data.integrity import verify_corpus
+
+    for pattern, rule in PREPARED_RECORDS:
+        if run.forces(rule):
+            continue
+        for record in sorted(glob.glob(pattern)):
+            try:
+                info = json.loads(Path(record).read_text())
+                if not isinstance(info, dict):
+                    raise ValueError(f"a JSON {type(info).__name__}, not an object")
+                if rule == "prepare_corpus" and Path(outputs.CORPUS).is_file():
+                    verify_corpus(record, outputs.CORPUS)
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise DataError(f"{record} is damaged ({type(e).__name__}: {e}); rule {rule} writes it: rebuild it "
+                                f"with snakemake --forcerun {rule} <your target> (add -n to see what that reruns "
+                                "first)") from None
+
+
 def set_aside_damaged_models(move: bool) -> list[Path]:
     """Trained models damaged since training ended (a file missing, truncated or changed):
     moved aside (``move``) so this invocation retrains each before anything reads it, or named
@@ -208,11 +250,43 @@ def set_aside_damaged_models(move: bool) -> list[Path]:
             continue
         damaged.append(model)
         if not move:
-            print(f"cselab: {problem}; a real run moves {model} aside and retrains it first", file=sys.stderr)
+            print(f"cselab: {problem}; a real run moves {model} aside, and rule train rebuilds it when a job "
+                  "reads it", file=sys.stderr)
             continue
         aside = f"{model}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
         os.rename(model, aside)
-        print(f"cselab: {problem}; moved {model} to {aside}: rule train rebuilds it in this run", file=sys.stderr)
+        print(f"cselab: {problem}; moved {model} to {aside}: rule train rebuilds it when a job reads it (the "
+              "results evaluated before the damage are kept)", file=sys.stderr)
+    return damaged
+
+
+def set_aside_damaged_tables(cfg: dict, move: bool) -> list[str]:
+    """Built tables that are no longer what their job wrote (a file cut, edited, or its other half
+    missing), checked against the records the job wrote beside them: moved aside (``move``), so
+    Snakemake builds the table again when it is asked for, or named on stderr (a dry run changes
+    no file); returns the tables found damaged. A table without records is left as it is."""
+    from cselab.evaluation.records import record_path, table_problem
+
+    damaged = []
+    for table in cfg["tables"]:
+        files = [outputs.path(pattern, table=table) for pattern in (outputs.TABLE_CSV, outputs.TABLE_MD)]
+        if not any(record_path(f).is_file() for f in files):
+            continue
+        problems = [problem for problem in map(table_problem, files) if problem]
+        if not problems:
+            continue
+        damaged.append(table)
+        if not move:
+            print(f"cselab: the table {table} is damaged ({'; '.join(problems)}); a real run moves it aside, and "
+                  "rule table builds it again when it is asked for", file=sys.stderr)
+            continue
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for one in (Path(f) for f in files):
+            for path in (one, record_path(one)):
+                if path.is_file():
+                    os.rename(path, f"{path}.damaged-{stamp}")
+        print(f"cselab: the table {table} is damaged ({'; '.join(problems)}); moved it aside (.damaged-{stamp}): "
+              "rule table builds it again when it is asked for", file=sys.stderr)
     return damaged
 
 

@@ -212,6 +212,19 @@ def resolve_tracking_uri(cfg: dict) -> str:
     return resolve_tracking(cfg).uri
 
 
+def refuse_empty_store(uri: str) -> None:
+    """A local store that is an empty file (emptied, or cut to nothing) is one message: MLflow
+    would create a new store in it without a word, and the runs the folder's results came from
+    would be gone from the UI."""
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri[len("sqlite:///"):])
+    if db.is_file() and db.stat().st_size == 0:
+        raise TrackingError(f"the MLflow store {db} is empty (0 bytes): its runs are lost from it. Restore it from "
+                            f"a backup, or move it aside (mv {db} {db}.damaged) and rerun to start a new store "
+                            "(results on disk are kept)")
+
+
 def init_store(uri: str, experiment_name: str) -> str:
     """Create (or find) the MLflow experiment; returns its id. Safe to call from many jobs.
 
@@ -224,6 +237,7 @@ def init_store(uri: str, experiment_name: str) -> str:
     from cselab.io import quiet_third_party_loggers
 
     quiet_third_party_loggers()  # MLflow's "Creating initial MLflow database tables" stays off the console
+    refuse_empty_store(uri)
     moved = relocate_artifacts(uri)  # the invocation's start has said it already (rules/common.smk)
     if moved:
         log.info("%s", moved)

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from cselab.errors import DataError
 from cselab.io import open_atomic, write_text
 from cselab.reporting.published import lookup_any
 from cselab.settings import Evaluation, evaluation_settings
@@ -226,13 +227,25 @@ def read_results(rows: list[dict]) -> list[dict]:
     return out
 
 
+def read_summary(path: str) -> dict:
+    """A training's summary (``train_summary.json``), or one message naming it when it is damaged."""
+    try:
+        summary = json.loads(Path(path).read_text())
+        if not isinstance(summary, dict):
+            raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+        return summary
+    except ValueError as e:
+        raise DataError(f"the training summary {path} is damaged ({e}); rule train wrote it: train again with "
+                        f"snakemake --force {path} --cores <n>, then build the tables") from None
+
+
 def collapse_notes(rows: list[dict]) -> list[str]:
     """A note for each experiment whose training raised the collapse alarm (``training.collapse``,
     :mod:`cselab.training.diagnostics`), read from its training summary (``row["summary"]``)."""
     notes = []
     for row in rows:
         if row.get("summary") and Path(row["summary"]).is_file():
-            alarms = json.loads(Path(row["summary"]).read_text()).get("collapse_alarms") or []
+            alarms = read_summary(row["summary"]).get("collapse_alarms") or []
             if alarms:
                 where = "; ".join(f"step {a['step']}: {a['reason']}" for a in alarms)
                 notes.append(f"collapse alarm in {row['id']} ({where}): its embeddings looked collapsed on "

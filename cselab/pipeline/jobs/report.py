@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cselab.pipeline import outputs
 from cselab.data.integrity import verify_senteval_inputs
+from cselab.evaluation.records import record_result
 from cselab.pipeline.jobs import encoder_settings, run
 from cselab.settings import from_dict, to_plain
 from cselab.settings.entries import Figure, Table
@@ -43,6 +44,8 @@ def table(smk) -> None:
         tables.write(df, columns, smk.output.csv, smk.output.md, name if spec.title is None else spec.title,
                      tables.TABLE_KINDS[spec.kind].digits, comparisons,
                      [*spec.notes, *tables.collapse_notes(rows), *tables.subset_notes(rows)], extras)
+        for path in (smk.output.csv, smk.output.md):  # planning checks a built table against them
+            record_result(path, "table")
         r.log_artifact(smk.output.csv)
         r.log_artifact(smk.output.md)
 
