@@ -65,6 +65,14 @@ def test_a_result_without_a_record_is_checked_by_what_it_holds(tmp_path):
     damage(pairs, "cut")
     assert "does not read back" in result_problem(pairs)
     assert result_problem(tmp_path / "exp" / "missing.json") is None  # missing: Snakemake builds it
+    # a result without an average (geometry's) whose score is no number: a table would stop on it
+    geometry = tmp_path / "exp" / "geometry.json"
+    geometry.write_text('{"scores": {"alignment": 0.4, "uniformity": -2.1}}')
+    assert result_problem(geometry) is None
+    geometry.write_text('{"scores": {"alignment": "abc", "uniformity": -2.1}}')
+    assert result_problem(geometry) == "its scores are not all numbers"
+    geometry.write_text('{"scores": {"alignment": NaN, "uniformity": null}}')  # not measured: kept
+    assert result_problem(geometry) is None
 
 
 def test_planning_names_a_damaged_result_once_and_forces_its_evaluation(tmp_path, monkeypatch, capsys):

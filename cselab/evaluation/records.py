@@ -100,7 +100,11 @@ def _json_problem(path: Path) -> str | None:
     if not isinstance(result, dict):
         return "it holds no result object"
     scores, avg = result.get("scores"), result.get("avg")
-    if avg is None or not isinstance(scores, dict) or not scores:
+    if not isinstance(scores, dict) or not scores:
+        return None
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in scores.values()):
+        return "its scores are not all numbers"
+    if avg is None:
         return None
     try:
         values = [float(v) for v in scores.values()]
