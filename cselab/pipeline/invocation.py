@@ -202,8 +202,8 @@ def check_corpus_source(cfg: dict) -> None:
             "them first), or restore the file")
 
 
-#: prepared files a job reads that planning checks, the rule that writes each, and whether its
-#: bytes are checked (the prepared corpus, against its manifest) or only that it parses (records)
+#: the records of prepared data that planning checks (each parses; the corpus's manifest also
+#: against the prepared corpus's bytes), and the rule that writes each
 PREPARED_RECORDS = (("resources/corpus/manifest.json", "prepare_corpus"), ("resources/plms/*.json", "resolve_plm"),
                     ("resources/senteval/reads/*.json", "senteval_reads"),
                     ("resources/senteval/manifest.json", "prepare_senteval"),
@@ -239,8 +239,8 @@ def check_prepared(run: Invocation) -> None:
 
 def set_aside_damaged_models(move: bool) -> list[Path]:
     """Trained models damaged since training ended (a file missing, truncated or changed):
-    moved aside (``move``) so this invocation retrains each before anything reads it, or named
-    on stderr (a dry run changes no file); returns the models found damaged."""
+    moved aside (``move``), so rule train rebuilds each when a job reads it (this invocation or a
+    later one), or named on stderr (a dry run changes no file); returns the models found damaged."""
     from cselab.models.checkpoints import damaged_model
 
     damaged = []
