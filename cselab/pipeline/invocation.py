@@ -49,26 +49,28 @@ GPUS_ENV = "CSELAB_GPUS"
 class Invocation:
     """What the command line asks for. ``main``: the invocation itself, not a cluster job
     re-reading the Snakefile; ``dry_run``: it plans (``-n`` alone or in a short-flag group);
-    ``no_jobs``: it neither plans nor runs jobs; ``forced_corpus``: it re-prepares the corpus.
-    :meth:`forces` says whether it forces a rule."""
+    ``no_jobs``: it neither plans nor runs jobs. :meth:`forces` says whether it forces a rule."""
 
     args: tuple[str, ...]
     main: bool
     dry_run: bool
     no_jobs: bool
-    forced_corpus: bool
     gpus: bool = True
 
     @classmethod
     def of(cls, args: list[str], main: bool) -> "Invocation":
         dry = is_dry_run(args)
         no_jobs = any(a.split("=")[0] in NO_JOB_FLAGS for a in args)
-        forced = "prepare_corpus" in args or any(a in ("-F", "--forceall") for a in args)
-        return cls(tuple(args), main, dry, no_jobs, forced, asks_for_gpus(args))
+        return cls(tuple(args), main, dry, no_jobs, asks_for_gpus(args))
 
     def forces(self, rule: str) -> bool:
         """Whether the command line forces rule ``rule`` (``--forcerun``/``-R`` naming it, or ``-F``)."""
         return rule in self.args or any(a in ("-F", "--forceall") for a in self.args)
+
+    @property
+    def forced_corpus(self) -> bool:
+        """It re-prepares the corpus."""
+        return self.forces("prepare_corpus")
 
     @property
     def executing(self) -> bool:
@@ -249,15 +251,22 @@ def set_aside_damaged_models(move: bool) -> list[Path]:
         if not problem:
             continue
         damaged.append(model)
-        if not move:
-            print(f"cselab: {problem}; a real run moves {model} aside, and rule train rebuilds it when a job "
-                  "reads it", file=sys.stderr)
-            continue
-        aside = f"{model}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
-        os.rename(model, aside)
-        print(f"cselab: {problem}; moved {model} to {aside}: rule train rebuilds it when a job reads it (the "
-              "results evaluated before the damage are kept)", file=sys.stderr)
+        set_aside(problem, str(model), [model], "rule train rebuilds it when a job reads it (the results "
+                  "evaluated before the damage are kept)", move)
     return damaged
+
+
+def set_aside(problem: str, what: str, paths: list[Path], rebuild: str, move: bool) -> None:
+    """Move ``paths`` (the damaged output ``what``; those that exist) aside as ``<path>.damaged-<time>``
+    and say so with ``problem`` and how it is ``rebuild``-t, or only say what a real run would do."""
+    if not move:
+        print(f"cselab: {problem}; a real run moves {what} aside, and {rebuild}", file=sys.stderr)
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for path in paths:
+        if path.exists():
+            os.rename(path, f"{path}.damaged-{stamp}")
+    print(f"cselab: {problem}; moved {what} aside (.damaged-{stamp}): {rebuild}", file=sys.stderr)
 
 
 def set_aside_damaged_tables(cfg: dict, move: bool) -> list[str]:
@@ -276,17 +285,9 @@ def set_aside_damaged_tables(cfg: dict, move: bool) -> list[str]:
         if not problems:
             continue
         damaged.append(table)
-        if not move:
-            print(f"cselab: the table {table} is damaged ({'; '.join(problems)}); a real run moves it aside, and "
-                  "rule table builds it again when it is asked for", file=sys.stderr)
-            continue
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for one in (Path(f) for f in files):
-            for path in (one, record_path(one)):
-                if path.is_file():
-                    os.rename(path, f"{path}.damaged-{stamp}")
-        print(f"cselab: the table {table} is damaged ({'; '.join(problems)}); moved it aside (.damaged-{stamp}): "
-              "rule table builds it again when it is asked for", file=sys.stderr)
+        set_aside(f"the table {table} is damaged ({'; '.join(problems)})", "it",
+                  [path for f in files for path in (Path(f), record_path(f))],
+                  "rule table builds it again when it is asked for", move)
     return damaged
 
 
