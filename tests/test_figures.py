@@ -82,6 +82,9 @@ def test_similarity_heatmap(tmp_path, tiny_encoder):
 
 
 def test_umap(tmp_path, tiny_encoder):
+    import torch
+
+    threads = torch.get_num_threads()
     rng = random.Random(0)
     sentences = [random_sentence(rng) for _ in range(40)]
     emb = tiny_encoder.encode(sentences, batch_size=16)
@@ -97,3 +100,4 @@ def test_umap(tmp_path, tiny_encoder):
     pd.testing.assert_frame_equal(df, again)  # random_state: reproducible
     tiny = figures.figure_umap({"tiny": emb[:8]}, sentences[:8], tmp_path / "t.png", tmp_path / "t.csv")
     assert len(tiny) == 8  # n_neighbors lowered automatically
+    assert torch.get_num_threads() == threads  # numba's OpenMP pool left torch's threads (the job's) alone

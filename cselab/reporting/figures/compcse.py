@@ -4,6 +4,8 @@ paper's example sentences and the UMAP of STS-B dev embeddings (from the checkpo
 
 from __future__ import annotations
 
+import os
+import sys
 import textwrap
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -117,6 +119,17 @@ def figure_similarity_heatmap(encoders: Mapping[str, Callable[[list[str]], np.nd
     return save_figure(fig, df, out_png, out_csv)
 
 
+def _numba_threads_as_torchs() -> None:
+    """Numba's OpenMP pool, started by UMAP, sets the process's OpenMP threads to numba's own
+    count (every core by default), and torch's intra-op threads with them: a job's torch would
+    run past its rule's threads from then on. Numba gets torch's count (the job's budget where
+    torch is not imported), unless the user set ``NUMBA_NUM_THREADS``; read at numba's import."""
+    from cselab.io import thread_budget
+
+    torch = sys.modules.get("torch")
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(torch.get_num_threads() if torch else thread_budget()))
+
+
 def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], out_png: str | Path,
                 out_csv: str | Path, seed: int = 42, n_neighbors: int = 15, min_dist: float = 0.1,
                 title: str | None = None) -> pd.DataFrame:
@@ -127,6 +140,7 @@ def figure_umap(embeddings: Mapping[str, np.ndarray], sentences: Sequence[str], 
     ``n_neighbors + 2`` sentences, ``n_neighbors`` drops to ``len(sentences) - 2`` (at least 2).
     CSV: ``model, sentence, word_count, x, y``.
     """
+    _numba_threads_as_torchs()
     import umap  # slow import (numba): only when this figure is drawn
     from matplotlib.colors import Normalize
 
