@@ -51,6 +51,19 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: the rest keep their order
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_kept():
+    """A test leaves torch at the worker's share of threads: one that raised them (numba's
+    OpenMP pool did) would run every later test of its worker on both cores, beside the other
+    worker (the GPU acceptance test: 151 s instead of 15)."""
+    yield
+    torch = sys.modules.get("torch")
+    if _WORKERS > 1 and torch is not None and torch.get_num_threads() != int(_SHARE):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(int(_SHARE))
+        pytest.fail(f"the test left torch at {threads} threads (the worker's share: {_SHARE})")
+
+
 _FROZEN_AT: list = [None]  # the module whose first test last froze the worker's objects
 
 
