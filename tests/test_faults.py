@@ -462,6 +462,30 @@ def test_a_cut_table_is_built_again_from_its_results(reference, tmp_path):
            next(x for x in text.splitlines() if "the table table1 is damaged" in x), "-", 0)
 
 
+def test_a_deleted_curve_and_a_cut_summary_are_restored_from_the_intact_model(reference, tmp_path):
+    """A finished training's curve deleted and its summary cut after the table was built: planning
+    copies both back from the copies the model's folder keeps (in its record), so Snakemake does
+    not plan the training again (which would remove the intact model first): nothing runs, and the
+    files, the model and the table are what training wrote. A dry run only names them."""
+    project = copy_of(reference, tmp_path)
+    folder = project / "results" / "experiments" / EXP
+    written = {name: (folder / name).read_bytes() for name in ("curve.csv", "train_summary.json")}
+    (folder / "curve.csv").unlink()
+    (folder / "train_summary.json").write_bytes(written["train_summary.json"][:40])
+    dry = run_smk(project, "-n", "results/table1.csv")
+    assert dry.stderr.count("a real run restores it from the copy") == 2 and not (folder / "curve.csv").exists()
+    proc = run_smk(project, "results/table1.csv")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    lines = [x for x in proc.stderr.splitlines() if "restored from the copy" in x]
+    assert len(lines) == 2 and "curve.csv is missing" in lines[0], lines
+    assert re.findall(r"\] start  (\w+)", text) == [] and "Nothing to be done" in text, text[-3000:]
+    assert {name: (folder / name).read_bytes() for name in written} == written
+    assert same_weights(weights(project), weights(reference)) and table(project) == table(reference)
+    record("a finished training's curve.csv deleted, its train_summary.json cut", "both copied back at planning "
+           "from the model's own copies; nothing trained, nothing rebuilt", lines[0], 0, 0)
+
+
 def same_length_edit(scores: dict) -> tuple[str, float]:
     """A score with its last digit changed whose shortest repr keeps its length (a changed last
     digit can round to a shorter float: 0.30000000000000004 -> ...01 is 0.3)."""

@@ -4,6 +4,7 @@ training job asks for, and the progress lines a long job writes (cselab.io.Progr
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -221,3 +222,50 @@ def test_a_damaged_table_is_moved_aside_to_be_built_again(tmp_path, monkeypatch,
     (tmp_path / "results/table1.md").unlink()
     assert inv.set_aside_damaged_tables(cfg, move=False) == ["table1"]
     assert "results/table1.md is missing" in capsys.readouterr().err
+
+
+def test_a_trainings_lost_curve_or_summary_is_restored_from_its_model(tmp_path, monkeypatch, capsys):
+    """A curve deleted, a summary cut or a stage's plot edited beside an intact model: a real run
+    copies each back (bytes and mtime) from the copy the model's folder keeps in its record; a dry
+    run only names it; a copy the record does not hold, or a damaged model's, restores nothing."""
+    import os
+
+    from cselab.models.checkpoints import keep_training_copies, record_model_files
+
+    monkeypatch.chdir(tmp_path)
+    folders = {"exp": tmp_path / "results/experiments/x-s1", "stage": tmp_path / "resources/pretrained/st/tiny"}
+    kept = {}
+    for kind, folder in folders.items():
+        (folder / "model").mkdir(parents=True)
+        (folder / "model/model.safetensors").write_bytes(b"weights")
+        record_model_files(folder / "model")
+        names = ["curve.csv", "train_summary.json"] if kind == "exp" else ["curve.csv", "curve.png", "summary.json"]
+        for name in names:
+            (folder / name).write_text(f"{kind} {name}\n")
+        keep_training_copies(folder / "model", [folder / name for name in names])
+        kept[kind] = {name: ((folder / name).read_bytes(), (folder / name).stat().st_mtime_ns) for name in names}
+    assert inv.restore_training_outputs(copy=True) == []
+    exp, stage = folders["exp"], folders["stage"]
+    (exp / "curve.csv").unlink()
+    (exp / "train_summary.json").write_text("exp train_")
+    (stage / "curve.png").write_text("stage curve.pnG\n")
+    wrong = [exp / "curve.csv", exp / "train_summary.json", stage / "curve.png"]
+    assert inv.restore_training_outputs(copy=False) == [p.relative_to(tmp_path) for p in wrong]
+    err = capsys.readouterr().err
+    assert ("cselab: results/experiments/x-s1/curve.csv is missing; a real run restores it from the copy its training "
+            "kept in results/experiments/x-s1/model/training/ (the model is intact: it is not trained again)") in err
+    assert "train_summary.json is not what its training wrote" in err and not (exp / "curve.csv").exists()
+    assert inv.restore_training_outputs(copy=True, skip=[Path("results/experiments/x-s1/model")]) == [wrong[2]
+                                                                                                  .relative_to(tmp_path)]
+    assert inv.restore_training_outputs(copy=True) == [p.relative_to(tmp_path) for p in wrong[:2]]
+    assert "restored from the copy" in capsys.readouterr().err
+    for kind, folder in folders.items():
+        for name, (data, mtime) in kept[kind].items():
+            assert (folder / name).read_bytes() == data and (folder / name).stat().st_mtime_ns == mtime, name
+    assert inv.restore_training_outputs(copy=True) == []
+    (stage / "model/model.safetensors").write_bytes(b"weightz")  # a damaged stage: trained again, outputs with it
+    os.utime(stage / "model/model.safetensors", ns=(1, 1))
+    (stage / "summary.json").unlink()
+    (exp / "model/training/curve.csv").unlink()  # a copy gone (the model damaged: moved aside), nothing to copy
+    (exp / "curve.csv").unlink()
+    assert inv.restore_training_outputs(copy=True) == []

@@ -85,6 +85,7 @@ def test_export_folder_loads_and_matches_our_encoder(exported):
     workdir, _, _ = exported
     folder = workdir / "results" / "export" / "simcse-tiny-s42"
     assert (folder / "onnx" / "model.onnx").is_file() and not (folder / "head.pt").exists()
+    assert not (folder / "training").exists()  # the copies of the training's curve and summary stay home
     meta = check_export(folder)  # the card's front matter, as the push rule reads it
     assert meta["library_name"] == "sentence-transformers" and "base_model" not in meta  # a local PLM: no hub id
     sts = json.loads((workdir / "results/experiments/simcse-tiny-s42/sts.json").read_text())

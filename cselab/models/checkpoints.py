@@ -135,6 +135,56 @@ def record_model_files(model_dir: Path) -> None:
     (model_dir / FILES_RECORD).write_text(json.dumps(files, indent=1))
 
 
+#: the subfolder of a trained model where its job keeps copies of its other outputs (the curve,
+#: the summary), recorded in :data:`FILES_RECORD` with the model's files
+TRAINING_COPIES = "training"
+
+
+def keep_training_copies(model_dir: Path, outputs: list[str | Path]) -> None:
+    """Copy a training job's other outputs into ``model_dir/training/`` and add them to its
+    :data:`FILES_RECORD`: a deleted or damaged curve or summary beside an intact model is then
+    restored from the model (:func:`restore_training_copies`) instead of being trained again."""
+    import json
+    import shutil
+
+    from cselab.io import sha256_file, write_json
+
+    model_dir = Path(model_dir)
+    (model_dir / TRAINING_COPIES).mkdir(exist_ok=True)
+    files = json.loads((model_dir / FILES_RECORD).read_text())
+    for out in map(Path, outputs):
+        copy = model_dir / TRAINING_COPIES / out.name
+        shutil.copy2(out, copy)
+        st = copy.stat()
+        files[f"{TRAINING_COPIES}/{out.name}"] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                                  "sha256": sha256_file(copy)}
+    write_json(model_dir / FILES_RECORD, files)
+
+
+def training_copies_to_restore(model_dir: Path) -> list[tuple[Path, Path, str]]:
+    """(the copy, the output beside ``model_dir``, what is wrong with it) for each output whose
+    copy the model's record holds and that is missing or no longer holds the copy's bytes. Call
+    it on a model that :func:`damaged_model` found intact (its copies included)."""
+    import json
+
+    try:
+        names = [rel for rel in json.loads((Path(model_dir) / FILES_RECORD).read_text())
+                 if rel.startswith(f"{TRAINING_COPIES}/")]
+    except (OSError, ValueError, AttributeError):
+        return []
+    wrong = []
+    for rel in names:
+        copy = Path(model_dir) / rel
+        out = Path(model_dir).parent / copy.name
+        if not copy.is_file():  # the model is then damaged: set aside and trained again
+            continue
+        if not out.is_file():
+            wrong.append((copy, out, "is missing"))
+        elif out.read_bytes() != copy.read_bytes():
+            wrong.append((copy, out, "is not what its training wrote (damaged or edited)"))
+    return wrong
+
+
 def damaged_model(model_dir: Path) -> str | None:
     """Why a trained model folder no longer holds what training wrote (a file missing, of another
     size, or of another sha256 when its mtime moved), or None (also for a folder without a record)."""

@@ -184,7 +184,8 @@ def set_up(run: Invocation, cfg: dict) -> None:
         check_corpus_source(cfg)
     if run.checks:
         check_prepared(run)
-        set_aside_damaged_models(run.executing)
+        damaged = set_aside_damaged_models(run.executing)
+        restore_training_outputs(run.executing, skip=damaged)
         set_aside_damaged_tables(cfg, run.executing)
         for hint in deleted_experiments(cfg):
             print(f"cselab: {hint}", file=sys.stderr)
@@ -254,6 +255,31 @@ def set_aside_damaged_models(move: bool) -> list[Path]:
         set_aside(problem, str(model), [model], "rule train rebuilds it when a job reads it (the results "
                   "evaluated before the damage are kept)", move)
     return damaged
+
+
+def restore_training_outputs(copy: bool, skip: list[Path] = ()) -> list[Path]:
+    """A training's curve, summary or plot deleted or damaged beside its intact model: copied back
+    (``copy``) from the copies the model's folder keeps (``model/training/``, in its record), so
+    Snakemake does not plan the training again (which removes the model first), or named on stderr
+    (a dry run changes no file); returns the outputs found wrong. A damaged model (``skip``:
+    those :func:`set_aside_damaged_models` found) is trained again, its outputs with it."""
+    import shutil
+
+    from cselab.models.checkpoints import damaged_model, training_copies_to_restore
+
+    trained = [m for m in sorted(Path(".").glob(outputs.path(outputs.MODEL, exp="*"))) if m not in skip]
+    stages = [m for m in sorted(Path(".").glob(outputs.path(outputs.PRETRAINED, stage="*", plm="*")))
+              if not damaged_model(m)]
+    wrong = []
+    for model in trained + stages:
+        for source, out, problem in training_copies_to_restore(model):
+            wrong.append(out)
+            if copy:
+                shutil.copy2(source, out)
+            print(f"cselab: {out} {problem}; {'restored' if copy else 'a real run restores it'} from the copy "
+                  f"its training kept in {source.parent}/ (the model is intact: it is not trained again)",
+                  file=sys.stderr)
+    return wrong
 
 
 def set_aside(problem: str, what: str, paths: list[Path], rebuild: str, move: bool) -> None:

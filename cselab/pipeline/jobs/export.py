@@ -25,9 +25,10 @@ from cselab.settings.spec import ExperimentSpec
 
 log = logging.getLogger(__name__)
 
-#: files of a checkpoint folder that an export leaves out: the training head, and Snakemake's
+#: files of a checkpoint folder that an export leaves out: the training head, the copies of the
+#: training's curve and summary (cselab.models.checkpoints.TRAINING_COPIES), and Snakemake's
 #: timestamp of the directory output (a hard link to it would date the checkpoint by the export)
-TRAINING_ONLY = ("head.pt", "head.json", ".snakemake_timestamp")
+TRAINING_ONLY = ("head.pt", "head.json", "training", ".snakemake_timestamp")
 
 
 def export(smk) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from cselab.io import write_json
 from cselab.pipeline import outputs, tracking
 from cselab.data.integrity import verify_senteval_inputs
+from cselab.models.checkpoints import keep_training_copies
 from cselab.pipeline.jobs import operations, run, time_breakdown
 from cselab.settings.spec import ExperimentSpec
 
@@ -160,6 +161,7 @@ def train(smk) -> None:
         result = _loop(smk, spec, out_dir, dev_score, r)
         write_json(smk.output.summary, {"experiment": spec.id, **_summary(result, r, scored=True),
                                         "model_dir": str(smk.output.model)})
+        keep_training_copies(smk.output.model, [smk.output.curve, smk.output.summary])
         r.log_artifact(smk.output.curve)
         r.log_artifact(smk.output.summary)
 
@@ -180,6 +182,7 @@ def pretrain(smk) -> None:
         from cselab.reporting.figures import figure_loss_terms
 
         figure_loss_terms(pd.read_csv(smk.output.curve), smk.output.plot, title=f"{spec.id}: loss terms")
+        keep_training_copies(smk.output.model, [smk.output.curve, smk.output.plot, smk.output.summary])
         r.log_artifact(smk.output.curve)
         r.log_artifact(smk.output.plot)
         r.log_artifact(smk.output.summary)
