@@ -486,6 +486,28 @@ def test_a_deleted_curve_and_a_cut_summary_are_restored_from_the_intact_model(re
            "from the model's own copies; nothing trained, nothing rebuilt", lines[0], 0, 0)
 
 
+def test_a_lost_result_under_the_built_table_is_named_and_its_command_rebuilds_it(reference, tmp_path):
+    """The STS result gone, its record left (what a forced evaluation that failed leaves: Snakemake
+    removed the file before the job ran): the table that exists is up to date for Snakemake, so
+    planning says which file is gone and the command that builds it; that command runs the one
+    evaluation and the table, with the same rows."""
+    project = copy_of(reference, tmp_path)
+    (project / "results" / "experiments" / EXP / "sts.json").unlink()
+    proc = run_smk(project, "results/table1.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (hint,) = [x for x in proc.stderr.splitlines() if "is gone" in x]
+    assert f"results/experiments/{EXP}/sts.json is gone (its record sts.json.sha256 is there" in hint, hint
+    command = hint.split("snakemake ... ")[1].split()
+    assert command == [f"results/experiments/{EXP}/sts.json", "results/table1.csv"], hint
+    rebuilt = run_smk(project, "--", *command)
+    text = rebuilt.stdout + rebuilt.stderr
+    assert rebuilt.returncode == 0 and sorted(re.findall(r"\] start  (\w+)", text)) == ["evaluate_sts", "table"], \
+        text[-3000:]
+    assert "is gone" not in rebuilt.stderr and table(project) == table(reference)
+    record("a result removed, its record left (a forced evaluation that failed)", "named at planning with the "
+           "command that rebuilds it; that command reruns the evaluation and the table, same rows", hint, "-", 0)
+
+
 def same_length_edit(scores: dict) -> tuple[str, float]:
     """A score with its last digit changed whose shortest repr keeps its length (a changed last
     digit can round to a shorter float: 0.30000000000000004 -> ...01 is 0.3)."""

@@ -121,3 +121,43 @@ def test_the_deleted_hint_names_only_a_folder_the_table_was_built_from(tmp_path,
     assert hint.startswith("results/experiments/simcse-tiny-s42/ was deleted, but results/table1.csv was built")
     Path("results/experiments/simcse-tiny-s42").mkdir(parents=True)
     assert invocation.deleted_experiments(cfg) == []
+
+
+def test_a_lost_result_under_a_built_table_is_named_with_the_command_that_rebuilds_it(tmp_path, monkeypatch):
+    """A result file gone while its record stays (a failed forced evaluation had it removed), read
+    by a built table: one hint naming the file, the table and the command. No hint for a result
+    that never was (no record), nor under a table not built, nor in a deleted folder (its own hint),
+    nor for a file the command asks for (it is being rebuilt)."""
+    from snakemake.utils import update_config
+
+    from cselab.evaluation.records import record_result
+    from cselab.pipeline.config import validate
+    from tests.helpers import ROOT, read_yaml
+    from tests.test_faults import PREPARED_DATA
+
+    monkeypatch.chdir(tmp_path)
+    cfg = read_yaml(ROOT / "config.yaml")
+    update_config(cfg, {**PREPARED_DATA, "experiments": {"simcse-tiny": {"plm": "tiny", "method": "simcse"}},
+                        "tables": {"table1": {"experiments": ["simcse-tiny"]},
+                                   "table_transfer": {"experiments": ["simcse-tiny"]}}})
+    cfg = validate(cfg)
+    folder = Path("results/experiments/simcse-tiny-s42")
+    folder.mkdir(parents=True)
+    for name in ("sts.json", "sts_pairs.npz", "transfer.json"):
+        (folder / name).write_text("{}")
+        record_result(folder / name, "evaluate")
+    Path("results/table1.csv").write_text("experiment,seeds\nsimcse-tiny,42\n")
+    assert invocation.lost_results(cfg) == []
+    (folder / "sts.json").unlink()
+    (folder / "transfer.json").unlink()  # table_transfer is not built: no hint for it
+    (hint,) = invocation.lost_results(cfg)
+    assert hint == ("results/experiments/simcse-tiny-s42/sts.json is gone (its record sts.json.sha256 is there: a job "
+                    "wrote it once), but results/table1.csv was built from it; Snakemake does not rebuild what is "
+                    "missing under a result that exists. To build it again, add it to the targets: snakemake ... "
+                    "results/experiments/simcse-tiny-s42/sts.json results/table1.csv")
+    assert invocation.lost_results(cfg, asked=("--cores", "1", "./results/experiments/simcse-tiny-s42/sts.json")) == []
+    folder.rename("results/experiments/moved")  # a deleted folder: its own hint
+    assert invocation.lost_results(cfg) == []
+    Path("results/experiments/moved").rename(folder)
+    (folder / "sts.json.sha256").unlink()
+    assert invocation.lost_results(cfg) == []

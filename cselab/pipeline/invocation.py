@@ -187,7 +187,7 @@ def set_up(run: Invocation, cfg: dict) -> None:
         damaged = set_aside_damaged_models(run.executing)
         restore_training_outputs(run.executing, skip=damaged)
         set_aside_damaged_tables(cfg, run.executing)
-        for hint in deleted_experiments(cfg):
+        for hint in [*deleted_experiments(cfg), *lost_results(cfg, asked=run.args)]:
             print(f"cselab: {hint}", file=sys.stderr)
 
 
@@ -339,6 +339,33 @@ def deleted_experiments(cfg: dict) -> list[str]:
             f"{'was' if len(built) == 1 else 'were'} built from it; Snakemake does not rebuild what is missing under "
             f"a result that exists. To retrain it, add its summary to the targets: snakemake ... "
             f"{outputs.path(outputs.TRAIN_SUMMARY, exp=exp_id)} {' '.join(built)}" for exp_id, built in tables.items()]
+
+
+def lost_results(cfg: dict, asked: tuple[str, ...] = ()) -> list[str]:
+    """One hint per result file that is gone while its record stays (``<file>.sha256``: a job
+    wrote it once; a forced evaluation that failed, for one, had it removed first) and a built
+    table reads it, in an experiment folder that is still there (a deleted folder has its own
+    hint, :func:`deleted_experiments`), unless the command line ``asked`` for it. As there,
+    Snakemake does not rebuild it under the table."""
+    from cselab.evaluation.records import record_path
+    from cselab.pipeline import targets
+
+    asked_for = {os.path.normpath(a) for a in asked}
+    tables: dict[str, list[str]] = {}
+    for table in cfg["tables"]:
+        built = outputs.path(outputs.TABLE_CSV, table=table)
+        if not Path(built).is_file():
+            continue
+        for exp_id, files in targets.table_inputs(cfg, table).items():
+            if not Path(outputs.path(outputs.EXPERIMENT_DIR, exp=exp_id)).is_dir():
+                continue
+            for lost in (f for f in files if not Path(f).exists() and record_path(f).is_file()
+                         and os.path.normpath(f) not in asked_for):
+                tables.setdefault(lost, []).append(built)
+    return [f"{lost} is gone (its record {record_path(lost).name} is there: a job wrote it once), but "
+            f"{', '.join(built)} {'was' if len(built) == 1 else 'were'} built from it; Snakemake does not rebuild "
+            f"what is missing under a result that exists. To build it again, add it to the targets: snakemake ... "
+            f"{lost} {' '.join(built)}" for lost, built in tables.items()]
 
 
 def table_runs(csv_path: str | Path) -> set[tuple[str, str]]:
