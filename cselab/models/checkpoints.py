@@ -120,19 +120,20 @@ FILES_RECORD = "files.json"
 
 def record_model_files(model_dir: Path) -> None:
     """Write :data:`FILES_RECORD`: every file's size, modification time and sha256."""
-    import hashlib
     import json
 
     model_dir = Path(model_dir)
-    files = {}
-    for f in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != FILES_RECORD):
-        h = hashlib.sha256()
-        with open(f, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                h.update(chunk)
-        st = f.stat()
-        files[str(f.relative_to(model_dir))] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": h.hexdigest()}
+    files = {str(f.relative_to(model_dir)): _file_entry(f)
+             for f in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != FILES_RECORD)}
     (model_dir / FILES_RECORD).write_text(json.dumps(files, indent=1))
+
+
+def _file_entry(path: Path) -> dict:
+    """A file's entry in :data:`FILES_RECORD`."""
+    from cselab.io import sha256_file
+
+    st = path.stat()
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(path)}
 
 
 #: the subfolder of a trained model where its job keeps copies of its other outputs (the curve,
@@ -143,11 +144,11 @@ TRAINING_COPIES = "training"
 def keep_training_copies(model_dir: Path, outputs: list[str | Path]) -> None:
     """Copy a training job's other outputs into ``model_dir/training/`` and add them to its
     :data:`FILES_RECORD`: a deleted or damaged curve or summary beside an intact model is then
-    restored from the model (:func:`restore_training_copies`) instead of being trained again."""
+    copied back at planning (:func:`training_copies_to_restore`) instead of being trained again."""
     import json
     import shutil
 
-    from cselab.io import sha256_file, write_json
+    from cselab.io import write_json
 
     model_dir = Path(model_dir)
     (model_dir / TRAINING_COPIES).mkdir(exist_ok=True)
@@ -155,9 +156,7 @@ def keep_training_copies(model_dir: Path, outputs: list[str | Path]) -> None:
     for out in map(Path, outputs):
         copy = model_dir / TRAINING_COPIES / out.name
         shutil.copy2(out, copy)
-        st = copy.stat()
-        files[f"{TRAINING_COPIES}/{out.name}"] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                                  "sha256": sha256_file(copy)}
+        files[f"{TRAINING_COPIES}/{out.name}"] = _file_entry(copy)
     write_json(model_dir / FILES_RECORD, files)
 
 
