@@ -162,7 +162,8 @@ def keep_training_copies(model_dir: Path, outputs: list[str | Path]) -> None:
 
 def training_copies_to_restore(model_dir: Path) -> list[tuple[Path, Path, str]]:
     """(the copy, the output beside ``model_dir``, what is wrong with it) for each output whose
-    copy the model's record holds and that is missing or no longer holds the copy's bytes. Call
+    copy the model's record holds and that is missing or no longer holds the copy's bytes (read
+    only where its size or mtime differs from the copy's: the copy keeps the output's mtime). Call
     it on a model that :func:`damaged_model` found intact (its copies included)."""
     import json
 
@@ -179,7 +180,9 @@ def training_copies_to_restore(model_dir: Path) -> list[tuple[Path, Path, str]]:
             continue
         if not out.is_file():
             wrong.append((copy, out, "is missing"))
-        elif out.read_bytes() != copy.read_bytes():
+            continue
+        st, kept = out.stat(), copy.stat()
+        if (st.st_size, st.st_mtime_ns) != (kept.st_size, kept.st_mtime_ns) and out.read_bytes() != copy.read_bytes():
             wrong.append((copy, out, "is not what its training wrote (damaged or edited)"))
     return wrong
 
