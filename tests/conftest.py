@@ -30,12 +30,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage events from the tests' runs and servers
 
 
-#: the files that run whole workflows (real snakemake, training, clusters), longest first: with
+#: the files that run whole workflows (real snakemake, training, clusters), long ones first: with
 #: parallel workers (``-n 2 --dist loadfile``) they start first and the short files fill in after,
 #: so no worker is left alone with a long file at the end (xdist's own order puts files with many
-#: quick tests first)
-LONG_FILES = ("test_faults.py", "test_slurm.py", "test_workflow_compcse.py", "test_workflow_paradigm.py",
-              "test_workflow_infocse.py", "test_workflow.py", "test_distributed.py", "test_workflow_export.py",
+#: quick tests first). The first two start together: test_workflow.py builds the tables template
+#: that later files copy (tests/built.py) on both cores while test_slurm.py mostly waits for its
+#: cluster's status checks; the fault tests' waits then fall beside the other workflow builds.
+LONG_FILES = ("test_workflow.py", "test_slurm.py", "test_faults.py", "test_workflow_compcse.py",
+              "test_workflow_paradigm.py", "test_workflow_infocse.py", "test_distributed.py", "test_workflow_export.py",
               "test_resume.py", "test_sweep_workflow.py", "test_workflow_new_method.py", "test_beir_shared.py",
               "test_plugins.py", "test_mlflow_server.py", "test_evaluation_kinds.py", "test_span_shards.py",
               "test_spans.py", "test_export.py", "test_cost_plan.py")
