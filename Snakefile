@@ -11,7 +11,8 @@ from snakemake.utils import min_version
 min_version("9.0")
 sys.path.insert(0, workflow.basedir)  # the library (cselab/), also where it is not installed
 
-from cselab.pipeline.config import collect_less_while_planning, skip_collection_at_exit
+from cselab.io import skip_collection_at_exit
+from cselab.pipeline.config import collect_less_while_planning
 
 skip_collection_at_exit()  # 0.7 s less at the exit of the paper config's dry run (12%, docs/scale.md)
 collect_less_while_planning()  # the collector ran ~950 times planning the paper DAG (docs/scale.md)

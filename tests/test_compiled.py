@@ -205,6 +205,19 @@ def test_training_jobs_share_the_workflows_compile_cache_unless_one_is_named(tmp
     assert compiled.cache_dir() == tmp_path / "mine"
 
 
+def test_an_eager_training_job_does_not_import_inductor(tmp_path):
+    """Naming the workflow's cache imports no compiler when ``TORCHINDUCTOR_CACHE_DIR`` is unset
+    (importing inductor costs an eager job about 2 CPU-s); torch's own default is read only when
+    the variable names a folder."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    check = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(ROOT)!r}); import os;"
+             "from cselab.training import compiled; compiled.share_cache(Path(sys.argv[1]));"
+             "print(os.environ['TORCHINDUCTOR_CACHE_DIR'], 'torch._inductor' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", check, str(tmp_path / "cache")], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == [str((tmp_path / "cache").resolve()), "False"], out.stderr[-2000:]
+
+
 class _NoMethods(torch.nn.Module):
     def param_groups(self, lr):
         return []

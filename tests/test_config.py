@@ -380,7 +380,7 @@ def test_a_bad_key_names_the_file_or_flag_that_set_it(tmp_path):
     assert "config key 'experiments.simcse-minilm.options.head'" in said and "[set in bad.yaml]" in said, said[-2000:]
 
 
-# -- the Snakefile's exit (skip_collection_at_exit) -----------------------------------------------
+# -- the exit of the Snakefile's and of a job's process (skip_collection_at_exit) ------------------
 
 def test_skip_collection_at_exit_loses_no_output_nor_status(tmp_path):
     """The process still exits with its status, its buffered output and its log file complete."""
@@ -389,7 +389,7 @@ def test_skip_collection_at_exit_loses_no_output_nor_status(tmp_path):
     script.write_text(
         "import gc, logging, sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from cselab.pipeline.config import skip_collection_at_exit\n"
+        "from cselab.io import skip_collection_at_exit\n"
         "skip_collection_at_exit()\n"
         f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
         "logging.info('logged %d', 1)\n"
@@ -407,12 +407,30 @@ def test_skip_collection_at_exit_freezes_after_exit_handlers_registered_before_i
     script.write_text(
         "import atexit, gc, sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from cselab.pipeline.config import skip_collection_at_exit\n"
+        "from cselab.io import skip_collection_at_exit\n"
         "atexit.register(lambda: print('earlier handler, frozen:', gc.get_freeze_count() > 0))\n"
         "skip_collection_at_exit()\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
     assert done.stdout == "earlier handler, frozen: True\n"
 
+
+def test_a_rule_jobs_process_exits_without_the_final_collections(tmp_path):
+    """:func:`cselab.pipeline.jobs.main` (every rule's script) freezes what is alive at its
+    process's exit, and the job's log still ends with its last line."""
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import atexit, gc, sys\n"
+        "from types import SimpleNamespace\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from cselab.pipeline.jobs import main\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+        f"smk = SimpleNamespace(rule='noop', log=[{str(tmp_path / 'noop.log')!r}], threads=1, config={{}},\n"
+        "                       output=[], wildcards={})\n"
+        "main(smk, lambda smk: None)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "frozen at exit: True\n"
+    assert "rule noop done in" in (tmp_path / "noop.log").read_text().splitlines()[-1]
 
 def test_collect_less_while_planning_freezes_and_still_collects_cycles(tmp_path):
     """The Snakefile's planning thresholds: what was alive is frozen, the youngest generation runs

@@ -37,24 +37,6 @@ CORPUS_FILENAMES = ("wiki1m_for_simcse.txt", "wiki1m_head.txt")
 SENTEVAL_DIRNAMES = ("senteval", "downstream")
 
 
-def skip_collection_at_exit() -> None:
-    """At the interpreter's exit, before its modules are torn down, move every object still alive
-    into the garbage collector's permanent generation (:func:`gc.freeze`), so that the final
-    collections neither traverse nor free them. Snakemake's imports (pandas through the SLURM
-    plugin, SQLAlchemy, pyarrow) leave 165,000 tracked objects at the end of the smoke sweep's dry
-    run, and the modules' reference cycles among them: 12% of the paper config's dry run (docs/scale.md).
-
-    Nothing the run wrote is at stake: the exit handlers registered before this one (logging's
-    flush and close, Snakemake's) still run after it; the exit status is untouched; objects are
-    still freed by their reference counts. Only reference cycles left at exit go unfreed, and the
-    language promises no finalizer at shutdown anyway."""
-    import atexit
-    import gc
-
-    atexit.unregister(gc.freeze)  # once, however often a process reads the Snakefile
-    atexit.register(gc.freeze)
-
-
 #: the cyclic collector's thresholds while a Snakefile is planned and run: its youngest
 #: generation every 50,000 net allocations (Python's default: 700), the older ones as by default
 PLANNING_GC_THRESHOLDS = (50_000, 10, 10)
