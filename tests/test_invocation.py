@@ -269,3 +269,29 @@ def test_a_trainings_lost_curve_or_summary_is_restored_from_its_model(tmp_path, 
     (exp / "model/training/curve.csv").unlink()  # a copy gone (the model damaged: moved aside), nothing to copy
     (exp / "curve.csv").unlink()
     assert inv.restore_training_outputs(copy=True) == []
+
+
+def test_a_damaged_stage_is_named_kept_and_stops_the_training_that_starts_from_it(tmp_path, monkeypatch):
+    """A pretraining stage's model no longer what its training wrote: planning names it with what
+    to do and moves nothing (a stage built again retrains the intact trainings built on it); a
+    training that would start from it stops before loading it, with the same message."""
+    from cselab.errors import ModelError
+    from cselab.models.checkpoints import record_model_files
+    from cselab.pipeline.jobs.train import _check_stages
+
+    monkeypatch.chdir(tmp_path)
+    stage = Path("resources/pretrained/st/tiny/model")
+    stage.mkdir(parents=True)
+    (stage / "aux.json").write_text('{"lower_layers": 1}')
+    record_model_files(stage)
+    assert inv.damaged_stages() == []
+    _check_stages({"stage": stage})  # intact: nothing said
+    (stage / "aux.json").write_text('{"lower_layers": 12}')
+    (hint,) = inv.damaged_stages()
+    assert hint.startswith(f"the pretraining stage's model {stage} is damaged: {stage}/aux.json has 20 bytes, "
+                           "training wrote 19. It is kept as it is")
+    assert f"snakemake --forcerun {stage} <your target>" in hint
+    assert (stage / "aux.json").read_text() == '{"lower_layers": 12}' and sorted(p.name for p in stage.parent.iterdir()) == ["model"]
+    with pytest.raises(ModelError) as stopped:
+        _check_stages({"stage": stage})
+    assert str(stopped.value) == hint

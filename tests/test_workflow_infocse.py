@@ -162,3 +162,36 @@ def test_pooler_table_evaluates_the_head_on_the_cached_encoding(run):
     head = json.loads((workdir / "results/experiments/infocse-tiny-s42/stsb_dev_head.json").read_text())
     assert head["cache_hits"] >= 1 and head["cache_misses"] == 0  # the raw [CLS] encoding is reused
     assert head["model_loaded"] is False  # and the checkpoint's encoder is never loaded for it
+
+
+def test_a_damaged_stage_is_named_and_stops_only_a_training_that_starts_from_it(run):
+    """The stage's model edited after its stage ended: planning names it and plans nothing (the
+    stage is kept, so the four intact trainings built on it are not retrained); a new seed's
+    InfoCSE training stops at its start with that one message. Last in the file: the stage is
+    restored, bytes and mtime, after it."""
+    import os
+
+    workdir, _ = run
+    stage = "resources/pretrained/infocse-pretrain/tiny/model"
+    damaged = workdir / stage / "infocse_aux.json"
+    kept, st = damaged.read_bytes(), damaged.stat()
+    config = (workdir / "test.yaml").read_text()
+    trained = workdir / "results/experiments/infocse-tiny-s42/model/model.safetensors"
+    before = trained.stat().st_mtime_ns
+    try:
+        damaged.write_bytes(kept + b" ")
+        dry = snakemake(workdir, "-n", *TARGETS)
+        assert "Nothing to be done" in dry.stdout
+        assert f"cselab: the pretraining stage's model {stage} is damaged: {stage}/infocse_aux.json has" in dry.stderr
+        assert f"snakemake --forcerun {stage} <your target>" in dry.stderr
+        (workdir / "test.yaml").write_text(yaml.safe_dump({**yaml.safe_load(config), "seeds": [42, 43]}))
+        new = snakemake(workdir, "--cores", "1", "results/experiments/infocse-tiny-s43/train_summary.json", check=False)
+        assert new.returncode != 0
+        assert f"the pretraining stage's model {stage} is damaged" in new.stderr.split("cselab error in rule train")[-1]
+        assert "Traceback" not in new.stderr and damaged.read_bytes() == kept + b" "
+        assert trained.stat().st_mtime_ns == before
+    finally:
+        (workdir / "test.yaml").write_text(config)
+        damaged.write_bytes(kept)
+        os.utime(damaged, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert "Nothing to be done" in snakemake(workdir, "-n", *TARGETS).stdout

@@ -187,6 +187,16 @@ def training_copies_to_restore(model_dir: Path) -> list[tuple[Path, Path, str]]:
     return wrong
 
 
+def damaged_stage_message(stage_dir: str | Path, problem: str) -> str:
+    """What a damaged pretraining stage's model means and what to do: it is left as it is (the
+    trainings built on it are intact, and Snakemake retrains whatever reads a rebuilt output), and
+    a training that starts from it stops."""
+    return (f"the pretraining stage's model {stage_dir} is damaged: {problem}. It is kept as it is: the trainings "
+            f"built on it are intact, and a training that would start from it stops. Restore the folder, or build "
+            f"the stage again with snakemake --forcerun {stage_dir} <your target> (the trainings that target needs "
+            f"and that start from the stage are retrained with it; add -n to list them first)")
+
+
 def damaged_model(model_dir: Path) -> str | None:
     """Why a trained model folder no longer holds what training wrote (a file missing, of another
     size, or of another sha256 when its mtime moved), or None (also for a folder without a record)."""

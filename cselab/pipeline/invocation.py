@@ -186,6 +186,8 @@ def set_up(run: Invocation, cfg: dict) -> None:
         check_prepared(run)
         damaged = set_aside_damaged_models(run.executing)
         restore_training_outputs(run.executing, skip=damaged)
+        for hint in damaged_stages():
+            print(f"cselab: {hint}", file=sys.stderr)
         set_aside_damaged_tables(cfg, run.executing)
         for hint in [*deleted_experiments(cfg), *lost_results(cfg, asked=run.args)]:
             print(f"cselab: {hint}", file=sys.stderr)
@@ -255,6 +257,21 @@ def set_aside_damaged_models(move: bool) -> list[Path]:
         set_aside(problem, str(model), [model], "rule train rebuilds it when a job reads it (the results "
                   "evaluated before the damage are kept)", move)
     return damaged
+
+
+def damaged_stages() -> list[str]:
+    """One message per pretraining stage's model damaged since its stage ended. Unlike a trained
+    model, a stage is not moved aside: Snakemake would build it again and then retrain every
+    training a target needs that starts from it, intact ones included. A training that would start
+    from it stops at its start with the same message (``cselab.pipeline.jobs.train``)."""
+    from cselab.models.checkpoints import damaged_model, damaged_stage_message
+
+    hints = []
+    for stage in sorted(Path(".").glob(outputs.path(outputs.PRETRAINED, stage="*", plm="*"))):
+        problem = damaged_model(stage)
+        if problem:
+            hints.append(damaged_stage_message(stage, problem))
+    return hints
 
 
 def restore_training_outputs(copy: bool, skip: list[Path] = ()) -> list[Path]:

@@ -62,6 +62,7 @@ def _loop(smk, spec: ExperimentSpec, out_dir: Path, dev_score, r):
     from cselab.training.loop import train_job
 
     _check_corpus(Path(smk.input.corpus))
+    _check_stages(_artifacts(smk))
     compiled.share_cache(Path(outputs.COMPILE_CACHE))
     kwargs = {"spec": spec, "corpus_path": Path(smk.input.corpus), "dev_score": dev_score,
               "out_dir": out_dir, "on_log": RunMetrics.of(r), "checkpoint_dir": out_dir / "resume",
@@ -85,6 +86,19 @@ def train_job_with_plugins(kwargs: dict):
 
     load_plugins(kwargs.pop("plugins"))
     return train_job(kwargs)
+
+
+def _check_stages(artifacts: dict[str, Path]) -> None:
+    """The pretraining stages this training starts from, against the records their training
+    wrote, before anything loads them: a damaged one is one message naming it and what to do,
+    not the traceback of the library that reads its weights."""
+    from cselab.errors import ModelError
+    from cselab.models.checkpoints import damaged_model, damaged_stage_message
+
+    for stage_dir in artifacts.values():
+        problem = damaged_model(stage_dir)
+        if problem:
+            raise ModelError(damaged_stage_message(stage_dir, problem))
 
 
 def _check_corpus(corpus: Path) -> None:
