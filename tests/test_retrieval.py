@@ -514,3 +514,37 @@ def test_a_corpus_gone_after_preparation_names_the_file_and_the_prepare_step(tmp
         message = str(e.value)
         assert f"BEIR file {root / 'corpus.jsonl'} is missing" in message and "rule prepare_beir" in message
         assert "sub-datasets" not in message
+
+
+def test_a_corpus_cut_at_a_line_boundary_after_preparation_is_refused(tmp_path):
+    """A corpus cut after a whole line still parses (an evaluation would score fewer documents):
+    checked against the manifest's sizes and sha256s, it is refused naming the file and the
+    command; a same-size edit by its sha256; the intact dataset is hashed once, then trusted by
+    size and mtime."""
+    import os
+
+    from cselab.data.beir import load_beir
+    from cselab.data.integrity import verify_retrieval_dataset
+
+    root = make_beir(tmp_path / "synth")
+    manifest = tmp_path / "beir/synth/manifest.json"
+    manifest.parent.mkdir(parents=True)
+    prepare_beir("synth", path=str(root), out_dir=tmp_path / "tree", manifest=manifest, download_dir=tmp_path / "dl")
+    assert verify_retrieval_dataset(manifest, "prepare_beir") == root.resolve()
+    assert (manifest.parent / ".verified.json").is_file()
+    corpus = root / "corpus.jsonl"
+    whole = corpus.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    corpus.write_bytes(b"".join(lines[:-5]))
+    assert len(load_beir(root).qrels) > 0  # still reads: only the check finds it
+    with pytest.raises(DataError) as cut:
+        verify_retrieval_dataset(manifest, "prepare_beir")
+    assert str(cut.value).startswith(f"{root.resolve() / 'corpus.jsonl'} changed after rule prepare_beir prepared it: "
+                                     f"expected {len(whole)} bytes, found {len(whole) - len(b''.join(lines[-5:]))} bytes")
+    assert f"snakemake --forcerun {manifest} <your target>" in str(cut.value)
+    corpus.write_bytes(whole.replace(b"a", b"e", 1))
+    with pytest.raises(DataError, match="expected sha256"):
+        verify_retrieval_dataset(manifest, "prepare_beir")
+    corpus.write_bytes(whole)
+    os.utime(corpus, ns=(1, 1))  # an intact file under a new mtime: hashed again, then trusted
+    verify_retrieval_dataset(manifest, "prepare_beir")

@@ -418,3 +418,24 @@ def test_a_deleted_experiment_is_named_with_the_command_that_retrains_it(workflo
         assert {rule for rule, _ in planned(workdir, command)} >= {"train", "evaluate_sts", "table"}
     finally:
         shutil.move(aside, folder)
+
+
+def test_a_beir_corpus_cut_after_preparation_stops_the_job_that_reads_it(tmp_path_factory, tmp_path):
+    """The toy BEIR corpus cut after a whole line (it still parses): the evaluation that reads it
+    stops naming the file, the sizes and the command, instead of scoring the documents left; the
+    other experiments' results stay."""
+    from tests.built import copy_built
+
+    workdir = copy_built(built_tables(tmp_path_factory), tmp_path / "project")
+    corpus = workdir / "data/beir/toy/corpus.jsonl"
+    whole = corpus.read_bytes()
+    corpus.write_bytes(b"".join(whole.splitlines(keepends=True)[:-3]))
+    kept = (workdir / "results/experiments/untrained-tiny/beir/toy.json").read_bytes()
+    target = "results/experiments/simcse-tiny-s42/beir/toy.json"
+    proc = snakemake(workdir, "--cores", "1", "--forcerun", target, "--", target, check=False)
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stderr.splitlines() if "cselab error in rule evaluate_beir" in x]
+    assert (f"data/beir/toy/corpus.jsonl changed after rule prepare_beir prepared it: expected {len(whole)} bytes, found "
+            f"{corpus.stat().st_size} bytes") in line
+    assert "--forcerun resources/beir/toy/manifest.json" in line and "Traceback" not in proc.stderr
+    assert (workdir / "results/experiments/untrained-tiny/beir/toy.json").read_bytes() == kept

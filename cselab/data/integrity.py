@@ -91,6 +91,20 @@ def verify_senteval(manifest: str | Path, tasks: list[str] | None = None) -> Pat
     return root
 
 
+def verify_retrieval_dataset(manifest: str | Path, rule: str) -> Path:
+    """The root of a prepared retrieval dataset (a ``prepare_beir`` or ``prepare_stsb_retrieval``
+    manifest), every file it lists checked against the size and sha256 recorded at preparation:
+    a corpus cut at a line boundary still parses, and its evaluation would score fewer documents."""
+    manifest = Path(manifest)
+    info = json.loads(manifest.read_text())
+    root = Path(info["root"])
+    verifier = Verifier(manifest.parent / CACHE_NAME)
+    for rel, record in info["files"].items():
+        verifier.check(root / rel, record["sha256"], rule, size=record.get("bytes"), force=str(manifest))
+    verifier.save()
+    return root
+
+
 def verify_senteval_inputs(inputs) -> Path:
     """The SentEval root of a job's ``senteval`` input (the whole tree's manifest, or the records
     of what it reads: rule senteval_reads), every file they list checked (:func:`verify_senteval`)."""

@@ -50,9 +50,12 @@ def retrieval_job(smk):
     the datasets of one corpus (FEVER and Climate-FEVER share one) in one pass that encodes each
     document once, one result file per dataset."""
     from cselab.data.beir import beir_settings
+    from cselab.data.integrity import verify_retrieval_dataset
     from cselab.evaluation import retrieval
     from cselab.io import lines_sha256
 
+    for f in _as_list(smk.input.dataset):
+        verify_retrieval_dataset(f, "prepare_stsb_retrieval" if "stsb_retrieval" in str(f) else "prepare_beir")
     manifests = [json.loads(Path(f).read_text()) for f in _as_list(smk.input.dataset)]
     names = ([smk.wildcards.dataset] if "dataset" in smk.wildcards.keys() else
              [Path(o).stem for o in smk.output] if "_shared_" in smk.rule else ["stsb_retrieval"])
