@@ -295,3 +295,36 @@ def test_a_damaged_stage_is_named_kept_and_stops_the_training_that_starts_from_i
     with pytest.raises(ModelError) as stopped:
         _check_stages({"stage": stage})
     assert str(stopped.value) == hint
+
+
+def test_damaged_data_derived_from_the_corpus_stops_planning_unless_forced(tmp_path, monkeypatch):
+    """A subsampled corpus cut after its rule recorded it, or a split edited to the same size:
+    planning stops naming the file, what its record says and the command; forcing the file or its
+    rule plans it again; a file without a record (written before records) is trusted."""
+    from cselab.errors import DataError
+    from cselab.evaluation.records import record_result
+
+    monkeypatch.chdir(tmp_path)
+    files = {"resources/subsample/subsuming.txt": "subsample", "resources/corpus/split/train-0.2.txt": "split_corpus",
+             "resources/spans/spans.jsonl": "segment_corpus"}
+    for path, rule in files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text("one sentence\ntwo sentences\n")
+        record_result(path, rule)
+    Path("resources/corpus/split/heldout-0.2.txt").write_text("no record\n")
+    run = inv.Invocation.of(["--cores", "1", "results/table2.csv"], main=True)
+    inv.check_derived(run)
+    Path("resources/subsample/subsuming.txt").write_text("one sentence\n")
+    with pytest.raises(DataError) as cut:
+        inv.check_derived(run)
+    assert str(cut.value) == (
+        "resources/subsample/subsuming.txt is damaged or edited (it has 13 bytes, rule subsample wrote 27); nothing "
+        "is planned on it. Restore it, or build it again with snakemake --forcerun resources/subsample/subsuming.txt "
+        "<your target> (what read it is rebuilt with it: add -n to list that first)")
+    for forced in (["--forcerun", "resources/subsample/subsuming.txt"], ["-R", "subsample"], ["-F"]):
+        inv.check_derived(inv.Invocation.of(["--cores", "1", *forced, "results/table2.csv"], main=True))
+    Path("resources/subsample/subsuming.txt").write_text("one sentence\ntwo sentences\n")
+    Path("resources/corpus/split/train-0.2.txt").write_text("one sentence\ntwo sentencez\n")
+    with pytest.raises(DataError, match=r"^resources/corpus/split/train-0.2.txt is damaged or edited \(it does not "
+                                        "match the sha256 rule split_corpus recorded"):
+        inv.check_derived(run)

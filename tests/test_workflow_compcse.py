@@ -151,3 +151,28 @@ def test_report_has_every_table_and_figure_with_a_caption(runs):
         assert name in html, name
     assert "CompCSE Table 2: subsampling strategy" in html and "CompCSE Table 3: aggregation" in html
     assert "Drawn from (legend label: experiment id)" in html and "simcse-tiny-s42" in html
+
+
+def test_a_cut_subsampled_corpus_stops_planning_and_keeps_the_model(runs):
+    """The subsuming corpus cut after a whole line once its rule recorded it: Snakemake would see
+    a newer input and retrain comp-subsuming-tiny on what is left, its intact model removed first;
+    planning stops naming the file instead. Restored (bytes and mtime), nothing is to be done."""
+    import os
+
+    workdir = runs[0]
+    corpus = workdir / "resources/subsample/subsuming.txt"
+    whole, st = corpus.read_bytes(), corpus.stat()
+    model = workdir / "results/experiments/comp-subsuming-tiny-s42/model/model.safetensors"
+    trained = model.stat().st_mtime_ns
+    try:
+        corpus.write_bytes(b"".join(whole.splitlines(keepends=True)[:-10]))
+        proc = snakemake(workdir, "--cores", "1", "--", *TARGETS[:5], check=False)
+        assert proc.returncode != 0 and "rule train" not in proc.stdout + proc.stderr
+        assert (f"resources/subsample/subsuming.txt is damaged or edited (it has {corpus.stat().st_size} bytes, rule "
+                f"subsample wrote {len(whole)}); nothing is planned on it") in proc.stderr
+        assert "snakemake --forcerun resources/subsample/subsuming.txt <your target>" in proc.stderr
+        assert model.stat().st_mtime_ns == trained
+    finally:
+        corpus.write_bytes(whole)
+        os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert "Nothing to be done" in snakemake(workdir, "-n", "--", *TARGETS[:5]).stdout

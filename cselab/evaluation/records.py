@@ -62,6 +62,17 @@ def result_problem(path: str | Path) -> str | None:
     return None
 
 
+def record_problem(path: str | Path) -> str | None:
+    """Why the file ``path`` is no longer what its rule wrote, by the record beside it alone, or
+    None (also for a file that does not exist, or has no readable record)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return _against_record(path, st)[0]
+
+
 def table_problem(path: str | Path) -> str | None:
     """Why a built table's file ``path`` is not what its job wrote, by its record alone (a table
     is read by people, not parsed back), or None; a missing file is a problem here, as the table

@@ -184,6 +184,7 @@ def set_up(run: Invocation, cfg: dict) -> None:
         check_corpus_source(cfg)
     if run.checks:
         check_prepared(run)
+        check_derived(run)
         damaged = set_aside_damaged_models(run.executing)
         restore_training_outputs(run.executing, skip=damaged)
         for hint in damaged_stages():
@@ -240,6 +241,30 @@ def check_prepared(run: Invocation) -> None:
                 raise DataError(f"{record} is damaged ({type(e).__name__}: {e}); rule {rule} writes it: rebuild it "
                                 f"with snakemake --forcerun {rule} <your target> (add -n to see what that reruns "
                                 "first)") from None
+
+
+#: data derived from the prepared corpus that trainings read, each recorded beside it
+#: (``<file>.sha256``) by the rule that writes it
+DERIVED_DATA = ((outputs.path(outputs.CORPUS_TRAIN_SPLIT, fraction="*"), "split_corpus"),
+                (outputs.path(outputs.CORPUS_HELDOUT_SPLIT, fraction="*"), "split_corpus"),
+                (outputs.SPANS, "segment_corpus"), (outputs.path(outputs.SUBSAMPLED, strategy="*"), "subsample"))
+
+
+def check_derived(run: Invocation) -> None:
+    """Each file of :data:`DERIVED_DATA` against its record, unless the command forces it or its
+    rule: a damaged or edited one is newer than the trainings that read it, so Snakemake would
+    plan them again, removing their intact models, and train them on it."""
+    import glob
+
+    from cselab.evaluation.records import record_problem
+
+    for pattern, rule in DERIVED_DATA:
+        for path in sorted(glob.glob(pattern)):
+            problem = None if run.forces(rule) or run.forces(path) else record_problem(path)
+            if problem:
+                raise DataError(f"{path} is damaged or edited ({problem}); nothing is planned on it. Restore it, or "
+                                f"build it again with snakemake --forcerun {path} <your target> (what read it is "
+                                "rebuilt with it: add -n to list that first)")
 
 
 def set_aside_damaged_models(move: bool) -> list[Path]:

@@ -30,6 +30,7 @@ def split_corpus(smk) -> None:
     fraction = float(smk.wildcards.fraction)
     with run(smk, params={"fraction": fraction}, label=f"holdout-{fraction}") as r:
         r.log_metrics(split(Path(smk.input.corpus), fraction, Path(smk.output.train), Path(smk.output.heldout)))
+    record_derived(smk, smk.output.train, smk.output.heldout)
 
 
 def prepare_senteval(smk) -> None:
@@ -118,6 +119,7 @@ def segment_corpus(smk) -> None:
         r.log_metrics({"sentences": stats["n_sentences"], "sentences_per_s": stats["sentences_per_s"],
                        "mean_units": stats["mean_units"], **{f"units_hist.{k}": v for k, v in hist.items()}})
         r.log_artifact(smk.output.stats)
+    record_derived(smk, smk.output.spans)
 
 
 def subsample(smk) -> None:
@@ -130,6 +132,18 @@ def subsample(smk) -> None:
         write_json(smk.output.stats, stats)
         r.log_metrics({k: v for k, v in stats.items() if isinstance(v, (int, float))})
         r.log_artifact(smk.output.stats)
+    record_derived(smk, smk.output.corpus)
+
+
+def record_derived(smk, *paths: str) -> None:
+    """Record data derived from the prepared corpus (a split, the spans, a subsampled corpus)
+    beside each file, as an evaluation records its result: planning checks them
+    (:func:`cselab.pipeline.invocation.check_derived`), as Snakemake would otherwise retrain what
+    reads a damaged one."""
+    from cselab.evaluation.records import record_result
+
+    for path in paths:
+        record_result(path, smk.rule)
 
 
 
