@@ -206,13 +206,13 @@ def test_a_damaged_table_is_moved_aside_to_be_built_again(tmp_path, monkeypatch,
             (tmp_path / f"results/{name}.{ext}").write_text(f"{name} {ext}: a,b\n1,2\n")
             if name == "table1":
                 record_result(tmp_path / f"results/{name}.{ext}", "table")
-    assert inv.set_aside_damaged_tables(cfg, move=True) == []
+    assert inv.set_aside_damaged_reports(cfg, move=True) == []
     (tmp_path / "results/table2.csv").write_text("cut")  # no records: not checked
     (tmp_path / "results/table1.csv").write_text("table1 csv: a,")
-    assert inv.set_aside_damaged_tables(cfg, move=False) == ["table1"]
+    assert inv.set_aside_damaged_reports(cfg, move=False) == ["table1"]
     assert "table table1 is damaged (results/table1.csv: it has 14 bytes, rule table wrote 20)" in capsys.readouterr().err
     assert (tmp_path / "results/table1.csv").is_file()  # a dry run moves nothing
-    assert inv.set_aside_damaged_tables(cfg, move=True) == ["table1"]
+    assert inv.set_aside_damaged_reports(cfg, move=True) == ["table1"]
     assert not (tmp_path / "results/table1.csv").exists() and not (tmp_path / "results/table1.md").exists()
     assert len(list((tmp_path / "results").glob("table1.*.damaged-*"))) == 4  # both files and their records
     assert (tmp_path / "results/table2.csv").read_text() == "cut"
@@ -220,7 +220,7 @@ def test_a_damaged_table_is_moved_aside_to_be_built_again(tmp_path, monkeypatch,
         (tmp_path / f"results/table1.{ext}").write_text("new\n")
         record_result(tmp_path / f"results/table1.{ext}", "table")
     (tmp_path / "results/table1.md").unlink()
-    assert inv.set_aside_damaged_tables(cfg, move=False) == ["table1"]
+    assert inv.set_aside_damaged_reports(cfg, move=False) == ["table1"]
     assert "results/table1.md is missing" in capsys.readouterr().err
 
 
@@ -328,3 +328,24 @@ def test_damaged_data_derived_from_the_corpus_stops_planning_unless_forced(tmp_p
     with pytest.raises(DataError, match=r"^resources/corpus/split/train-0.2.txt is damaged or edited \(it does not "
                                         "match the sha256 rule split_corpus recorded"):
         inv.check_derived(run)
+
+
+def test_a_damaged_figure_is_moved_aside_like_a_table(tmp_path, monkeypatch, capsys):
+    """A built figure's PNG cut after its job recorded it: moved aside with its CSV and both
+    records, so the figure job draws it again when asked for; the config's tables are untouched."""
+    from cselab.evaluation.records import record_result
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    for name in ("figure2.png", "figure2.csv", "table1.csv", "table1.md"):
+        (tmp_path / "results" / name).write_bytes(b"\x89PNG and more bytes" if name.endswith("png") else b"a,b\n1,2\n")
+        record_result(tmp_path / "results" / name, "figure" if name.startswith("figure") else "table")
+    cfg = {"tables": {"table1": {}}, "figures": {"figure2": {}}}
+    assert inv.set_aside_damaged_reports(cfg, move=True) == []
+    (tmp_path / "results/figure2.png").write_bytes(b"\x89PNG")
+    assert inv.set_aside_damaged_reports(cfg, move=True) == ["figure2"]
+    assert ("the figure figure2 is damaged (results/figure2.png: it has 4 bytes, rule figure wrote 19); moved it "
+            "aside") in capsys.readouterr().err
+    assert sorted(p.name.split(".damaged-")[0] for p in (tmp_path / "results").glob("*.damaged-*")) == [
+        "figure2.csv", "figure2.csv.sha256", "figure2.png", "figure2.png.sha256"]
+    assert (tmp_path / "results/table1.csv").is_file() and (tmp_path / "results/table1.md").is_file()

@@ -176,3 +176,17 @@ def test_a_cut_subsampled_corpus_stops_planning_and_keeps_the_model(runs):
         corpus.write_bytes(whole)
         os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert "Nothing to be done" in snakemake(workdir, "-n", "--", *TARGETS[:5]).stdout
+
+
+def test_a_cut_figure_is_drawn_again_from_its_inputs(runs):
+    """Figure 3's PNG cut: planning moves it aside with its CSV, and the figure job alone draws
+    both again, the CSV to the same bytes; no training or evaluation runs."""
+    workdir = runs[0]
+    png, csv = workdir / "results/figure3.png", workdir / "results/figure3.csv"
+    drawn = csv.read_bytes()
+    png.write_bytes(png.read_bytes()[:200])
+    proc = snakemake(workdir, "--cores", "1", "--", *TARGETS[:5])
+    assert "the figure figure3 is damaged (results/figure3.png: it has 200 bytes, rule figure wrote" in proc.stderr
+    assert "1 job to run: figure 1" in proc.stderr
+    assert csv.read_bytes() == drawn and png.stat().st_size > 1000
+    assert len(list((workdir / "results").glob("figure3.*.damaged-*"))) == 4

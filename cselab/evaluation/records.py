@@ -74,9 +74,9 @@ def record_problem(path: str | Path) -> str | None:
 
 
 def table_problem(path: str | Path) -> str | None:
-    """Why a built table's file ``path`` is not what its job wrote, by its record alone (a table
-    is read by people, not parsed back), or None; a missing file is a problem here, as the table
-    job writes its CSV and markdown together."""
+    """Why a built table's or figure's file ``path`` is not what its job wrote, by its record
+    alone (it is read by people, not parsed back), or None; a missing file is a problem here, as
+    the job writes its two files together."""
     path = Path(path)
     try:
         st = path.stat()

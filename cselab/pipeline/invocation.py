@@ -189,7 +189,7 @@ def set_up(run: Invocation, cfg: dict) -> None:
         restore_training_outputs(run.executing, skip=damaged)
         for hint in damaged_stages():
             print(f"cselab: {hint}", file=sys.stderr)
-        set_aside_damaged_tables(cfg, run.executing)
+        set_aside_damaged_reports(cfg, run.executing)
         for hint in [*deleted_experiments(cfg), *lost_results(cfg, asked=run.args)]:
             print(f"cselab: {hint}", file=sys.stderr)
 
@@ -337,25 +337,32 @@ def set_aside(problem: str, what: str, paths: list[Path], rebuild: str, move: bo
     print(f"cselab: {problem}; moved {what} aside (.damaged-{stamp}): {rebuild}", file=sys.stderr)
 
 
-def set_aside_damaged_tables(cfg: dict, move: bool) -> list[str]:
-    """Built tables that are no longer what their job wrote (a file cut, edited, or its other half
-    missing), checked against the records the job wrote beside them: moved aside (``move``), so
-    Snakemake builds the table again when it is asked for, or named on stderr (a dry run changes
-    no file); returns the tables found damaged. A table without records is left as it is."""
+#: what a report job writes together and records beside each file: (config section, the files'
+#: patterns, their wildcard, the rule)
+REPORTS = (("tables", (outputs.TABLE_CSV, outputs.TABLE_MD), "table", "table"),
+           ("figures", (outputs.FIGURE_PNG, outputs.FIGURE_CSV), "figure", "figure"))
+
+
+def set_aside_damaged_reports(cfg: dict, move: bool) -> list[str]:
+    """Built tables and figures that are no longer what their job wrote (a file cut, edited, or
+    its other half missing), checked against the records the job wrote beside them: moved aside
+    (``move``), so Snakemake builds the table or figure again when it is asked for, or named on
+    stderr (a dry run changes no file); returns their names. One without records is left as it is."""
     from cselab.evaluation.records import record_path, table_problem
 
     damaged = []
-    for table in cfg["tables"]:
-        files = [outputs.path(pattern, table=table) for pattern in (outputs.TABLE_CSV, outputs.TABLE_MD)]
-        if not any(record_path(f).is_file() for f in files):
-            continue
-        problems = [problem for problem in map(table_problem, files) if problem]
-        if not problems:
-            continue
-        damaged.append(table)
-        set_aside(f"the table {table} is damaged ({'; '.join(problems)})", "it",
-                  [path for f in files for path in (Path(f), record_path(f))],
-                  "rule table builds it again when it is asked for", move)
+    for section, patterns, wildcard, rule in REPORTS:
+        for name in cfg.get(section, {}):
+            files = [outputs.path(pattern, **{wildcard: name}) for pattern in patterns]
+            if not any(record_path(f).is_file() for f in files):
+                continue
+            problems = [problem for problem in map(table_problem, files) if problem]
+            if not problems:
+                continue
+            damaged.append(name)
+            set_aside(f"the {rule} {name} is damaged ({'; '.join(problems)})", "it",
+                      [path for f in files for path in (Path(f), record_path(f))],
+                      f"rule {rule} builds it again when it is asked for", move)
     return damaged
 
 
