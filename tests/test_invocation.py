@@ -299,8 +299,9 @@ def test_a_damaged_stage_is_named_kept_and_stops_the_training_that_starts_from_i
 
 def test_damaged_data_derived_from_the_corpus_stops_planning_unless_forced(tmp_path, monkeypatch):
     """A subsampled corpus cut after its rule recorded it, or a split edited to the same size:
-    planning stops naming the file, what its record says and the command; forcing the file or its
-    rule plans it again; a file without a record (written before records) is trusted."""
+    planning stops naming the file, what its record says and the command, and so does a training
+    that reads it; forcing the file or its rule plans it again; a file without a record (written
+    before records) is trusted."""
     from cselab.errors import DataError
     from cselab.evaluation.records import record_result
 
@@ -318,9 +319,15 @@ def test_damaged_data_derived_from_the_corpus_stops_planning_unless_forced(tmp_p
     with pytest.raises(DataError) as cut:
         inv.check_derived(run)
     assert str(cut.value) == (
-        "resources/subsample/subsuming.txt is damaged or edited (it has 13 bytes, rule subsample wrote 27); nothing "
-        "is planned on it. Restore it, or build it again with snakemake --forcerun resources/subsample/subsuming.txt "
+        "resources/subsample/subsuming.txt is damaged or edited (it has 13 bytes, rule subsample wrote 27). Restore "
+        "it, or build it again with snakemake --forcerun resources/subsample/subsuming.txt "
         "<your target> (what read it is rebuilt with it: add -n to list that first)")
+    from cselab.pipeline.jobs.train import _check_corpus
+
+    with pytest.raises(DataError) as in_the_job:  # damaged after planning: the training that reads it stops
+        _check_corpus(Path("resources/subsample/subsuming.txt"))
+    assert str(in_the_job.value) == str(cut.value)
+    _check_corpus(Path("resources/corpus/split/heldout-0.2.txt"))  # no record: trusted
     for forced in (["--forcerun", "resources/subsample/subsuming.txt"], ["-R", "subsample"], ["-F"]):
         inv.check_derived(inv.Invocation.of(["--cores", "1", *forced, "results/table2.csv"], main=True))
     Path("resources/subsample/subsuming.txt").write_text("one sentence\ntwo sentences\n")

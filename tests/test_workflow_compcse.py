@@ -169,7 +169,7 @@ def test_a_cut_subsampled_corpus_stops_planning_and_keeps_the_model(runs):
         proc = snakemake(workdir, "--cores", "1", "--", *TARGETS[:5], check=False)
         assert proc.returncode != 0 and "rule train" not in proc.stdout + proc.stderr
         assert (f"resources/subsample/subsuming.txt is damaged or edited (it has {corpus.stat().st_size} bytes, rule "
-                f"subsample wrote {len(whole)}); nothing is planned on it") in proc.stderr
+                f"subsample wrote {len(whole)}). Restore it") in proc.stderr
         assert "snakemake --forcerun resources/subsample/subsuming.txt <your target>" in proc.stderr
         assert model.stat().st_mtime_ns == trained
     finally:

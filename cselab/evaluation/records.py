@@ -73,6 +73,16 @@ def record_problem(path: str | Path) -> str | None:
     return _against_record(path, st)[0]
 
 
+def check_recorded(path: str | Path) -> None:
+    """Raise :class:`DataError` when the file ``path`` is no longer what its rule recorded beside
+    it (:func:`record_problem`): a corpus derived from the prepared one (a split, the spans, a
+    subsampled corpus), which planning checks and the training that reads it checks again."""
+    problem = record_problem(path)
+    if problem:
+        raise DataError(f"{path} is damaged or edited ({problem}). Restore it, or build it again with snakemake "
+                        f"--forcerun {path} <your target> (what read it is rebuilt with it: add -n to list that first)")
+
+
 def table_problem(path: str | Path) -> str | None:
     """Why a built table's or figure's file ``path`` is not what its job wrote, by its record
     alone (it is read by people, not parsed back), or None; a missing file is a problem here, as

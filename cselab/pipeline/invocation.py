@@ -256,15 +256,12 @@ def check_derived(run: Invocation) -> None:
     plan them again, removing their intact models, and train them on it."""
     import glob
 
-    from cselab.evaluation.records import record_problem
+    from cselab.evaluation.records import check_recorded
 
     for pattern, rule in DERIVED_DATA:
         for path in sorted(glob.glob(pattern)):
-            problem = None if run.forces(rule) or run.forces(path) else record_problem(path)
-            if problem:
-                raise DataError(f"{path} is damaged or edited ({problem}); nothing is planned on it. Restore it, or "
-                                f"build it again with snakemake --forcerun {path} <your target> (what read it is "
-                                "rebuilt with it: add -n to list that first)")
+            if not (run.forces(rule) or run.forces(path)):
+                check_recorded(path)
 
 
 def set_aside_damaged_models(move: bool) -> list[Path]:

@@ -102,12 +102,15 @@ def _check_stages(artifacts: dict[str, Path]) -> None:
 
 
 def _check_corpus(corpus: Path) -> None:
-    """The prepared corpus, checked against the sha256 rule prepare_corpus recorded (a split or
-    subsampled corpus is a rule output of its own, which Snakemake dates)."""
+    """The training corpus, checked against what wrote it: the prepared corpus against the sha256
+    rule prepare_corpus recorded, a split or subsampled one against the record beside it."""
     from cselab.data.integrity import verify_corpus
+    from cselab.evaluation.records import check_recorded
 
     if corpus.resolve() == Path(outputs.CORPUS).resolve():
         verify_corpus(outputs.CORPUS_MANIFEST, corpus)
+    else:
+        check_recorded(corpus)
 
 
 def stsb_dev_score(encoder, senteval: Path, batch_size: int) -> dict:
