@@ -328,8 +328,13 @@ def test_damaged_data_derived_from_the_corpus_stops_planning_unless_forced(tmp_p
         _check_corpus(Path("resources/subsample/subsuming.txt"))
     assert str(in_the_job.value) == str(cut.value)
     _check_corpus(Path("resources/corpus/split/heldout-0.2.txt"))  # no record: trusted
-    for forced in (["--forcerun", "resources/subsample/subsuming.txt"], ["-R", "subsample"], ["-F"]):
-        inv.check_derived(inv.Invocation.of(["--cores", "1", *forced, "results/table2.csv"], main=True))
+    for forced in (["--forcerun", "resources/subsample/subsuming.txt"], ["-R", "subsample"], ["-F"],
+                   ["--forcerun=subsample", "--cores", "1"], ["--forcerun", "table", "resources/subsample/subsuming.txt"]):
+        inv.check_derived(inv.Invocation.of(["--cores", "1", *forced, "--", "results/table2.csv"], main=True))
+    for not_forced in (["resources/subsample/subsuming.txt"], ["-n", "resources/subsample/subsuming.txt"],
+                       ["--forcerun", "table", "--cores", "1", "resources/subsample/subsuming.txt"]):
+        with pytest.raises(DataError):  # a target is built, not forced: the check stands
+            inv.check_derived(inv.Invocation.of(not_forced, main=True))
     Path("resources/subsample/subsuming.txt").write_text("one sentence\ntwo sentences\n")
     Path("resources/corpus/split/train-0.2.txt").write_text("one sentence\ntwo sentencez\n")
     with pytest.raises(DataError, match=r"^resources/corpus/split/train-0.2.txt is damaged or edited \(it does not "

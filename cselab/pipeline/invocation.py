@@ -67,6 +67,21 @@ class Invocation:
         """Whether the command line forces rule ``rule`` (``--forcerun``/``-R`` naming it, or ``-F``)."""
         return rule in self.args or any(a in ("-F", "--forceall") for a in self.args)
 
+    def forcerun(self, name: str) -> bool:
+        """Whether ``--forcerun``/``-R`` names ``name`` (a rule or an output file; a target alone
+        does not force it), or the command forces everything (``-F``)."""
+        listed, forced = False, set()
+        for arg in self.args:
+            flag, _, value = arg.partition("=")
+            if flag in ("--forcerun", "-R"):
+                listed = True
+                forced.update(filter(None, [value]))
+            elif arg.startswith("-"):
+                listed = False
+            elif listed:
+                forced.add(arg)
+        return name in forced or any(a in ("-F", "--forceall") for a in self.args)
+
     @property
     def forced_corpus(self) -> bool:
         """It re-prepares the corpus."""
@@ -260,7 +275,7 @@ def check_derived(run: Invocation) -> None:
 
     for pattern, rule in DERIVED_DATA:
         for path in sorted(glob.glob(pattern)):
-            if not (run.forces(rule) or run.forces(path)):
+            if not (run.forcerun(rule) or run.forcerun(path)):
                 check_recorded(path)
 
 
