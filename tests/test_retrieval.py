@@ -530,7 +530,7 @@ def test_a_corpus_cut_at_a_line_boundary_after_preparation_is_refused(tmp_path):
     manifest = tmp_path / "beir/synth/manifest.json"
     manifest.parent.mkdir(parents=True)
     prepare_beir("synth", path=str(root), out_dir=tmp_path / "tree", manifest=manifest, download_dir=tmp_path / "dl")
-    assert verify_retrieval_dataset(manifest, "prepare_beir") == root.resolve()
+    assert Path(verify_retrieval_dataset(manifest)["root"]) == root.resolve()
     assert (manifest.parent / ".verified.json").is_file()
     corpus = root / "corpus.jsonl"
     whole = corpus.read_bytes()
@@ -538,13 +538,13 @@ def test_a_corpus_cut_at_a_line_boundary_after_preparation_is_refused(tmp_path):
     corpus.write_bytes(b"".join(lines[:-5]))
     assert len(load_beir(root).qrels) > 0  # still reads: only the check finds it
     with pytest.raises(DataError) as cut:
-        verify_retrieval_dataset(manifest, "prepare_beir")
+        verify_retrieval_dataset(manifest)
     assert str(cut.value).startswith(f"{root.resolve() / 'corpus.jsonl'} changed after rule prepare_beir prepared it: "
                                      f"expected {len(whole)} bytes, found {len(whole) - len(b''.join(lines[-5:]))} bytes")
     assert f"snakemake --forcerun {manifest} <your target>" in str(cut.value)
     corpus.write_bytes(whole.replace(b"a", b"e", 1))
     with pytest.raises(DataError, match="expected sha256"):
-        verify_retrieval_dataset(manifest, "prepare_beir")
+        verify_retrieval_dataset(manifest)
     corpus.write_bytes(whole)
     os.utime(corpus, ns=(1, 1))  # an intact file under a new mtime: hashed again, then trusted
-    verify_retrieval_dataset(manifest, "prepare_beir")
+    verify_retrieval_dataset(manifest)

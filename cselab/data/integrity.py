@@ -91,18 +91,19 @@ def verify_senteval(manifest: str | Path, tasks: list[str] | None = None) -> Pat
     return root
 
 
-def verify_retrieval_dataset(manifest: str | Path, rule: str) -> Path:
-    """The root of a prepared retrieval dataset (a ``prepare_beir`` or ``prepare_stsb_retrieval``
-    manifest), every file it lists checked against the size and sha256 recorded at preparation:
-    a corpus cut at a line boundary still parses, and its evaluation would score fewer documents."""
+def verify_retrieval_dataset(manifest: str | Path) -> dict:
+    """A prepared retrieval dataset's manifest (rule ``prepare_beir``'s, or
+    ``prepare_stsb_retrieval``'s), every file it lists checked against the size and sha256
+    recorded at preparation: a corpus cut at a line boundary still parses, and its evaluation
+    would score fewer documents."""
     manifest = Path(manifest)
     info = json.loads(manifest.read_text())
-    root = Path(info["root"])
+    rule = "prepare_stsb_retrieval" if info.get("name") == "stsb_retrieval" else "prepare_beir"
     verifier = Verifier(manifest.parent / CACHE_NAME)
     for rel, record in info["files"].items():
-        verifier.check(root / rel, record["sha256"], rule, size=record.get("bytes"), force=str(manifest))
+        verifier.check(Path(info["root"]) / rel, record["sha256"], rule, size=record.get("bytes"), force=str(manifest))
     verifier.save()
-    return root
+    return info
 
 
 def verify_senteval_inputs(inputs) -> Path:

@@ -83,7 +83,7 @@ def check_recorded(path: str | Path) -> None:
                         f"--forcerun {path} <your target> (what read it is rebuilt with it: add -n to list that first)")
 
 
-def table_problem(path: str | Path) -> str | None:
+def report_problem(path: str | Path) -> str | None:
     """Why a built table's or figure's file ``path`` is not what its job wrote, by its record
     alone (it is read by people, not parsed back), or None; a missing file is a problem here, as
     the job writes its two files together."""

@@ -49,7 +49,7 @@ GPUS_ENV = "CSELAB_GPUS"
 class Invocation:
     """What the command line asks for. ``main``: the invocation itself, not a cluster job
     re-reading the Snakefile; ``dry_run``: it plans (``-n`` alone or in a short-flag group);
-    ``no_jobs``: it neither plans nor runs jobs. :meth:`forces` says whether it forces a rule."""
+    ``no_jobs``: it neither plans nor runs jobs. :meth:`forces` says whether it forces a rule or a file."""
 
     args: tuple[str, ...]
     main: bool
@@ -63,13 +63,9 @@ class Invocation:
         no_jobs = any(a.split("=")[0] in NO_JOB_FLAGS for a in args)
         return cls(tuple(args), main, dry, no_jobs, asks_for_gpus(args))
 
-    def forces(self, rule: str) -> bool:
-        """Whether the command line forces rule ``rule`` (``--forcerun``/``-R`` naming it, or ``-F``)."""
-        return rule in self.args or any(a in ("-F", "--forceall") for a in self.args)
-
-    def forcerun(self, name: str) -> bool:
+    def forces(self, name: str) -> bool:
         """Whether ``--forcerun``/``-R`` names ``name`` (a rule or an output file; a target alone
-        does not force it), or the command forces everything (``-F``)."""
+        does not force it, as Snakemake's argparse reads the option's values), or ``-F``."""
         listed, forced = False, set()
         for arg in self.args:
             flag, _, value = arg.partition("=")
@@ -275,7 +271,7 @@ def check_derived(run: Invocation) -> None:
 
     for pattern, rule in DERIVED_DATA:
         for path in sorted(glob.glob(pattern)):
-            if not (run.forcerun(rule) or run.forcerun(path)):
+            if not (run.forces(rule) or run.forces(path)):
                 check_recorded(path)
 
 
@@ -360,7 +356,7 @@ def set_aside_damaged_reports(cfg: dict, move: bool) -> list[str]:
     its other half missing), checked against the records the job wrote beside them: moved aside
     (``move``), so Snakemake builds the table or figure again when it is asked for, or named on
     stderr (a dry run changes no file); returns their names. One without records is left as it is."""
-    from cselab.evaluation.records import record_path, table_problem
+    from cselab.evaluation.records import record_path, report_problem
 
     damaged = []
     for section, patterns, wildcard, rule in REPORTS:
@@ -368,7 +364,7 @@ def set_aside_damaged_reports(cfg: dict, move: bool) -> list[str]:
             files = [outputs.path(pattern, **{wildcard: name}) for pattern in patterns]
             if not any(record_path(f).is_file() for f in files):
                 continue
-            problems = [problem for problem in map(table_problem, files) if problem]
+            problems = [problem for problem in map(report_problem, files) if problem]
             if not problems:
                 continue
             damaged.append(name)

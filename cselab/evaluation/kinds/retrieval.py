@@ -7,7 +7,6 @@ Memory and disk follow from the dataset's published size (:func:`cselab.data.bei
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from cselab.evaluation.kinds import config_section, evaluation
@@ -54,9 +53,7 @@ def retrieval_job(smk):
     from cselab.evaluation import retrieval
     from cselab.io import lines_sha256
 
-    for f in _as_list(smk.input.dataset):
-        verify_retrieval_dataset(f, "prepare_stsb_retrieval" if "stsb_retrieval" in str(f) else "prepare_beir")
-    manifests = [json.loads(Path(f).read_text()) for f in _as_list(smk.input.dataset)]
+    manifests = [verify_retrieval_dataset(f) for f in _as_list(smk.input.dataset)]
     names = ([smk.wildcards.dataset] if "dataset" in smk.wildcards.keys() else
              [Path(o).stem for o in smk.output] if "_shared_" in smk.rule else ["stsb_retrieval"])
     # the spec's settings, with how to run them (the job shell's operational section); logged as given
